@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create .venv if it is missing and install the package with what it needs (idempotent).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-long lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv
+	$(UV) pip install --quiet --python $(PY) -e ".[test,bench]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m minigrad demo
+
+test: $(STAMP)
+	$(PY) -m ruff check minigrad tests benchmarks
+	$(PY) -m pytest -q
+
+# The long hypothesis profile: many more examples per property (see tests/conftest.py).
+test-long: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/train_step.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
