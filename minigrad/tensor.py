@@ -1,0 +1,446 @@
+"""Tensor: an array plus the reverse-mode graph that produced it.
+
+Each primitive computes its forward value and, right beside it, a ``backward(g)`` that
+maps the gradient ``g`` of the output to one gradient per input (``None`` where an input
+needs none). Broadcasting is undone in ONE place, ``_unbroadcast``, when the engine adds
+a gradient into an input; no primitive sums over broadcast axes itself.
+
+>>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad
+array([2., 4., 6.])
+"""
+
+from contextlib import contextmanager
+
+from minigrad import backend
+
+_grad_enabled = True
+
+
+@contextmanager
+def no_grad():
+    """Inside this block no graph is recorded: results have ``requires_grad=False``."""
+    global _grad_enabled
+    previous = _grad_enabled
+    _grad_enabled = False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+def is_grad_enabled():
+    return _grad_enabled
+
+
+class Tensor:
+    """An array of any array-API namespace, with ``.grad`` and a node in the graph."""
+
+    def __init__(self, data, requires_grad=False, *, dtype=None, xp=None, device=None):
+        if isinstance(data, Tensor):
+            data = data.data
+        if xp is not None or not hasattr(data, "__array_namespace__"):
+            data = backend.move(data, backend.get_namespace(xp), device=device)
+        self.xp = backend.namespace(data)
+        if dtype is not None:
+            data = self.xp.astype(data, backend.as_dtype(self.xp, dtype))
+        if requires_grad and not backend.is_floating(self.xp, data):
+            raise TypeError(f"only floating-point tensors can require grad, got {data.dtype}")
+        self.data = data
+        self.requires_grad = requires_grad
+        self.grad = None
+        self._parents = ()
+        self._backward = None
+
+    # ----- graph construction ---------------------------------------------------------
+    def _lift(self, other):
+        """``other`` as a Tensor of this namespace; Python scalars take this tensor's dtype."""
+        if isinstance(other, Tensor):
+            if other.xp is not self.xp:
+                backend.namespace(self.data, other.data)  # raises TypeError naming both
+            return other
+        if isinstance(other, (int, float)):
+            return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
+        return Tensor(other)._lift_check(self)
+
+    def _lift_check(self, ref):
+        if self.xp is not ref.xp:
+            backend.namespace(ref.data, self.data)
+        return self
+
+    def _make(self, data, parents, backward):
+        out = Tensor.__new__(Tensor)
+        out.data, out.xp, out.grad = data, self.xp, None
+        out.requires_grad = _grad_enabled and any(p.requires_grad for p in parents)
+        out._parents = parents if out.requires_grad else ()
+        out._backward = backward if out.requires_grad else None
+        return out
+
+    # ----- properties ------------------------------------------------------------------
+    shape = property(lambda self: tuple(self.data.shape))
+    dtype = property(lambda self: self.data.dtype)
+    ndim = property(lambda self: self.data.ndim)
+    size = property(lambda self: self.data.size)
+    device = property(lambda self: backend.device(self.data))
+    is_leaf = property(lambda self: self._backward is None)
+
+    def __repr__(self):
+        flag = ", requires_grad=True" if self.requires_grad else ""
+        return f"Tensor({self.data!r}{flag})"
+
+    def __len__(self):
+        return self.shape[0]
+
+    def item(self):
+        return float(self.data) if backend.is_floating(self.xp, self.data) else int(self.data)
+
+    def numpy(self):
+        return backend.to_numpy(self.data)
+
+    def detach(self):
+        """The same array, cut from the graph."""
+        return Tensor(self.data)
+
+    # ----- elementwise arithmetic --------------------------------------------------------
+    def __add__(self, other):
+        other = self._lift(other)
+
+        def backward(g):
+            return g, g
+
+        return self._make(self.data + other.data, (self, other), backward)
+
+    def __sub__(self, other):
+        other = self._lift(other)
+
+        def backward(g):
+            return g, -g
+
+        return self._make(self.data - other.data, (self, other), backward)
+
+    def __mul__(self, other):
+        other = self._lift(other)
+        x, y = self.data, other.data
+
+        def backward(g):
+            return g * y, g * x
+
+        return self._make(x * y, (self, other), backward)
+
+    def __truediv__(self, other):
+        other = self._lift(other)
+        x, y = self.data, other.data
+        out = x / y
+
+        def backward(g):
+            gx = g / y
+            return gx, -gx * out
+
+        return self._make(out, (self, other), backward)
+
+    def __neg__(self):
+        def backward(g):
+            return (-g,)
+
+        return self._make(-self.data, (self,), backward)
+
+    def __pow__(self, p):
+        if not isinstance(p, (int, float)):
+            raise TypeError(f"exponent must be a Python int or float, got {type(p).__name__}")
+        x = self.data
+
+        def backward(g):
+            return (g * (p * x ** (p - 1)) if p != 0 else g * 0.0,)
+
+        return self._make(x**p, (self,), backward)
+
+    def __radd__(self, other):
+        return self._lift(other) + self
+
+    def __rsub__(self, other):
+        return self._lift(other) - self
+
+    def __rmul__(self, other):
+        return self._lift(other) * self
+
+    def __rtruediv__(self, other):
+        return self._lift(other) / self
+
+    # ----- elementwise functions ---------------------------------------------------------
+    def exp(self):
+        out = self.xp.exp(self.data)
+
+        def backward(g):
+            return (g * out,)
+
+        return self._make(out, (self,), backward)
+
+    def log(self):
+        x = self.data
+
+        def backward(g):
+            return (g / x,)
+
+        return self._make(self.xp.log(x), (self,), backward)
+
+    def sqrt(self):
+        out = self.xp.sqrt(self.data)
+
+        def backward(g):
+            return (g / (2.0 * out),)
+
+        return self._make(out, (self,), backward)
+
+    def tanh(self):
+        out = self.xp.tanh(self.data)
+
+        def backward(g):
+            return (g * (1.0 - out * out),)
+
+        return self._make(out, (self,), backward)
+
+    def relu(self):
+        xp = self.xp
+        positive = self.data > 0  # relu'(0) = 0, as in PyTorch
+
+        def backward(g):
+            return (xp.where(positive, g, xp.zeros_like(g)),)
+
+        return self._make(xp.where(positive, self.data, xp.zeros_like(self.data)), (self,),
+                          backward)
+
+    # ----- reductions and shape ------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False):
+        xp, shape = self.xp, self.shape
+
+        def backward(g):
+            if not keepdims:
+                g = xp.reshape(g, _kept_shape(shape, axis))
+            return (xp.broadcast_to(g, shape),)
+
+        return self._make(xp.sum(self.data, axis=axis, keepdims=keepdims), (self,), backward)
+
+    def mean(self, axis=None, keepdims=False):
+        count = _count(self.shape, axis)
+        return self.sum(axis=axis, keepdims=keepdims) * (1.0 / count)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        xp, old = self.xp, self.shape
+
+        def backward(g):
+            return (xp.reshape(g, old),)
+
+        return self._make(xp.reshape(self.data, tuple(shape)), (self,), backward)
+
+    def transpose(self, axes=None):
+        """Permute the axes (reverse them when ``axes`` is None), like ``numpy.transpose``."""
+        xp = self.xp
+        axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
+        inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
+
+        def backward(g):
+            return (xp.permute_dims(g, inverse),)
+
+        return self._make(xp.permute_dims(self.data, axes), (self,), backward)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def __matmul__(self, other):
+        other = self._lift(other)
+        if self.ndim == 0 or other.ndim == 0:
+            raise ValueError("matmul needs operands with at least 1 dimension, got shapes "
+                             f"{self.shape} and {other.shape}")
+        a = self if self.ndim > 1 else self.reshape(1, self.shape[0])
+        b = other if other.ndim > 1 else other.reshape(other.shape[0], 1)
+        out = _matmul(a, b)
+        if self.ndim == 1 or other.ndim == 1:
+            shape = out.shape[:-2] + out.shape[-2:][self.ndim == 1:2 - (other.ndim == 1)]
+            out = out.reshape(shape)
+        return out
+
+    def __rmatmul__(self, other):
+        return self._lift(other) @ self
+
+    # ----- comparisons (no gradient) -------------------------------------------------------
+    def _compare(self, other, op):
+        other = self._lift(other)
+        return Tensor(op(self.data, other.data))
+
+    def __lt__(self, other):
+        return self._compare(other, lambda a, b: a < b)
+
+    def __le__(self, other):
+        return self._compare(other, lambda a, b: a <= b)
+
+    def __gt__(self, other):
+        return self._compare(other, lambda a, b: a > b)
+
+    def __ge__(self, other):
+        return self._compare(other, lambda a, b: a >= b)
+
+    def eq(self, other):
+        return self._compare(other, lambda a, b: a == b)
+
+    def ne(self, other):
+        return self._compare(other, lambda a, b: a != b)
+
+    __hash__ = object.__hash__
+
+    # ----- reverse mode ----------------------------------------------------------------------
+    def backward(self, gradient=None):
+        """Add d(self)/d(leaf) . gradient into ``.grad`` of every leaf that requires grad.
+
+        ``gradient`` defaults to ones for a single-element output; any other output needs
+        an explicit seed of its own shape.
+        """
+        xp = self.xp
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad "
+                               "(no input had requires_grad=True, or it was made under no_grad)")
+        if gradient is None:
+            if self.size != 1:
+                raise RuntimeError(f"backward() on a non-scalar tensor of shape {self.shape} "
+                                   "needs a seed: pass gradient= with that shape")
+            gradient = xp.ones_like(self.data)
+        else:
+            gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+            backend.namespace(self.data, gradient)
+            if tuple(gradient.shape) != self.shape:
+                raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
+                                 f"expected the output's shape {self.shape}")
+        grads = {id(self): gradient}
+        for node in reversed(_topological_order(self)):
+            g = grads.pop(id(node), None)
+            if g is None:
+                continue
+            if node._backward is None:
+                if g.dtype != node.dtype:
+                    g = xp.astype(g, node.dtype)
+                node.grad = g if node.grad is None else node.grad + g
+                continue
+            for parent, pg in zip(node._parents, node._backward(g)):
+                if pg is None or not parent.requires_grad:
+                    continue
+                pg = _unbroadcast(xp, pg, parent.shape)
+                key = id(parent)
+                grads[key] = pg if key not in grads else grads[key] + pg
+
+
+class Parameter(Tensor):
+    """A leaf tensor that requires grad; ``Module`` registers these automatically."""
+
+    def __init__(self, data, *, dtype=None, xp=None, device=None):
+        super().__init__(data, requires_grad=True, dtype=dtype, xp=xp, device=device)
+
+    def __repr__(self):
+        return f"Parameter({self.data!r})"
+
+
+def _matmul(a, b):
+    xp = a.xp
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul shape mismatch: {a.shape} @ {b.shape} "
+                         f"(inner dimensions {a.shape[-1]} != {b.shape[-2]})")
+    x, y = a.data, b.data
+
+    def backward(g):
+        gx = g @ xp.matrix_transpose(y) if a.requires_grad else None
+        gy = xp.matrix_transpose(x) @ g if b.requires_grad else None
+        return gx, gy
+
+    return a._make(x @ y, (a, b), backward)
+
+
+def maximum(a, b):
+    """Elementwise max; at ties the gradient is split in half between both, as in PyTorch."""
+    a = a if isinstance(a, Tensor) else Tensor(a)
+    b = a._lift(b)
+    xp, x, y = a.xp, a.data, b.data
+
+    def backward(g):
+        half = g * 0.5
+        zero = xp.zeros_like(g)
+        gx = xp.where(x > y, g, xp.where(x == y, half, zero))
+        gy = xp.where(y > x, g, xp.where(x == y, half, zero))
+        return gx, gy
+
+    return a._make(xp.maximum(x, y), (a, b), backward)
+
+
+def take_along_axis(x, indices, axis=-1):
+    """Gather ``x`` along ``axis`` at integer ``indices`` (no gradient for the indices).
+
+    The backward scatters ``g`` back with a one-hot product, since the array API has no
+    scatter-add: cost O(indices.size * x.shape[axis]), fine for cross-entropy's one index.
+    """
+    xp = x.xp
+    idx = indices.data if isinstance(indices, Tensor) else indices
+    backend.namespace(x.data, idx)
+    if not xp.isdtype(idx.dtype, "integral"):
+        raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
+    axis = axis % x.ndim
+    n = x.shape[axis]
+
+    def backward(g):
+        g_last = xp.moveaxis(g, axis, -1)[..., None]
+        idx_last = xp.moveaxis(idx, axis, -1)[..., None]
+        classes = xp.arange(n, dtype=idx.dtype, device=backend.device(idx))
+        onehot = xp.astype(idx_last == classes, g.dtype)
+        scattered = xp.sum(g_last * onehot, axis=-2)
+        return (xp.moveaxis(scattered, -1, axis),)
+
+    return x._make(xp.take_along_axis(x.data, idx, axis=axis), (x,), backward)
+
+
+def _unbroadcast(xp, g, shape):
+    """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = xp.sum(g, axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    if stretched:
+        g = xp.sum(g, axis=stretched, keepdims=True)
+    return g
+
+
+def _kept_shape(shape, axis):
+    """The shape of a sum over ``axis`` with ``keepdims=True``."""
+    if axis is None:
+        return (1,) * len(shape)
+    axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _count(shape, axis):
+    count = 1
+    for full, kept in zip(shape, _kept_shape(shape, axis)):
+        count *= full // kept if kept else 1
+    return count
+
+
+def _topological_order(root):
+    """Nodes reachable from ``root`` (through inputs that require grad), inputs first.
+
+    An explicit stack, not recursion, so a 10,000-op chain is fine.
+    """
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for parent in node._parents:
+            if parent.requires_grad and id(parent) not in seen:
+                stack.append((parent, False))
+    return order
