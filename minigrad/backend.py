@@ -112,3 +112,32 @@ def normal(generator, shape, *, xp, dtype="float64", device=None, scale=1.0):
     """Normal(0, scale^2) draws from a NumPy ``generator``, as an ``xp`` array."""
     draws = generator.normal(0.0, scale, size=shape)
     return xp.asarray(draws, dtype=as_dtype(xp, dtype), device=device)
+
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64(xp, h):
+    """SplitMix64's finaliser: a bijection of uint64 that scrambles every input bit."""
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EB
+    return h ^ (h >> 31)
+
+
+def counter_uniform(xp, seed, step, sample_index, width, *, device=None):
+    """Uniform [0, 1) numbers keyed by ``(seed, step, sample, feature)``, shape ``(N, width)``.
+
+    A counter-based generator: the number for one sample depends only on its key, never on
+    which other samples share the call, so a batch split into micro-batches draws exactly
+    the numbers the whole batch would. Pure array-API uint64 arithmetic (wrapping multiply,
+    shifts, xor), so it runs in every namespace.
+    """
+    u64 = xp.uint64
+    # (1, 1) arrays, not 0-d ones: NumPy warns about wrap-around only for scalars.
+    key = _mix64(xp, xp.asarray([[int(seed) % 2**64]], dtype=u64, device=device) + _GOLDEN)
+    key = _mix64(xp, key ^ xp.asarray([[int(step) % 2**64]], dtype=u64, device=device))
+    samples = xp.astype(xp.reshape(sample_index, (-1, 1)), u64)
+    features = xp.reshape(xp.arange(width, dtype=u64, device=device), (1, -1))
+    h = _mix64(xp, key ^ _mix64(xp, samples * _GOLDEN + features))
+    # The top 53 bits as a float64 in [0, 1), as NumPy's Generator does it.
+    return xp.astype(h >> 11, xp.float64) * (1.0 / 2**53)

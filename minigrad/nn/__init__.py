@@ -1,0 +1,16 @@
+"""Layers, losses and the MLP, with PyTorch names and semantics."""
+
+from minigrad.nn import functional
+from minigrad.nn.dropout import Dropout, dropout_keys
+from minigrad.nn.layers import GELU, Identity, Linear, ReLU, Sequential, Sigmoid, Tanh
+from minigrad.nn.loss import CrossEntropyLoss, MSELoss
+from minigrad.nn.mlp import MLP
+from minigrad.nn.module import Module
+from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
+from minigrad.tensor import Parameter
+
+__all__ = [
+    "BatchNorm1d", "CrossEntropyLoss", "Dropout", "GELU", "GroupNorm", "Identity", "LayerNorm",
+    "Linear", "MLP", "MSELoss", "Module", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh",
+    "dropout_keys", "functional",
+]

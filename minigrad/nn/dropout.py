@@ -1,0 +1,50 @@
+"""Dropout whose masks do not depend on how a batch is split.
+
+Each sample's mask is keyed by ``(seed, step, global sample index)`` (see
+``functional.dropout``). Outside ``dropout_keys`` the step is the layer's own count of
+training forward calls and the samples are numbered 0..N-1 within the call. The
+accumulation layer sets the keys: the optimizer update count and each micro-batch's
+global sample indices, so accumulated training draws the full batch's masks.
+"""
+
+from contextlib import contextmanager
+
+from minigrad.nn import functional as F
+from minigrad.nn.module import Module
+
+_keys = None
+
+
+@contextmanager
+def dropout_keys(step, sample_index):
+    """Within this block every ``Dropout`` keys its masks by ``step`` and ``sample_index``."""
+    global _keys
+    previous = _keys
+    _keys = (int(step), sample_index)
+    try:
+        yield
+    finally:
+        _keys = previous
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` in training, scale the rest by 1 / (1 - p)."""
+
+    def __init__(self, p=0.5, *, seed=0):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability p must be in [0, 1], got {p!r}")
+        self.p, self.seed, self.calls = float(p), int(seed), 0
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return F.dropout(x, self.p, training=False)
+        if _keys is None:
+            step, sample_index = self.calls, None
+            self.calls += 1
+        else:
+            step, sample_index = _keys
+        return F.dropout(x, self.p, True, seed=self.seed, step=step, sample_index=sample_index)
+
+    def extra_repr(self):
+        return f"p={self.p}, seed={self.seed}"

@@ -1,0 +1,148 @@
+"""Composite functions built from the engine's primitives (PyTorch semantics).
+
+Only ``log_softmax`` is a primitive of its own: it is fused so that logits of +-1e4 give
+finite values and gradients. Everything else needs no backward code.
+"""
+
+import math
+
+from minigrad import backend
+from minigrad.tensor import Tensor, take_along_axis
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _tensor(x):
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
+def relu(x):
+    """max(x, 0), with relu'(0) = 0."""
+    return _tensor(x).relu()
+
+
+def tanh(x):
+    return _tensor(x).tanh()
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), computed as (1 + tanh(x / 2)) / 2 so no exp overflows."""
+    return (_tensor(x) * 0.5).tanh() * 0.5 + 0.5
+
+
+def gelu(x):
+    """GELU, tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+
+    This is ``torch.nn.GELU(approximate="tanh")``. The exact form needs erf, which the
+    array API does not have.
+    """
+    x = _tensor(x)
+    inner = (x + x**3 * 0.044715) * math.sqrt(2.0 / math.pi)
+    return x * 0.5 * (inner.tanh() + 1.0)
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x), shifted by the (constant) max for stability.
+
+    Backward: g - softmax(x) * sum(g) along ``axis``.
+    """
+    x = _tensor(x)
+    xp = x.xp
+    shifted = x.data - xp.max(x.data, axis=axis, keepdims=True)
+    out = shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+
+    def backward(g):
+        return (g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True),)
+
+    return x._make(out, (x,), backward)
+
+
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along ``axis``."""
+    return log_softmax(x, axis=axis).exp()
+
+
+def _reduce(loss, reduction, count):
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    if count == 0:
+        # PyTorch returns NaN for a mean over zero items (all targets ignored): 0 / 0.
+        return total * float("nan")
+    return total * (1.0 / count)
+
+
+def _check_reduction(reduction):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
+    """-log softmax(logits)[target] per sample; ``"mean"`` divides by the non-ignored count.
+
+    logits: (N, C) floats; target: (N,) integer class indices in [0, C) or ``ignore_index``.
+    Ignored samples contribute 0 (and 0 gradient). A ``"mean"`` over a batch whose targets
+    are all ignored is NaN, as in PyTorch.
+    """
+    _check_reduction(reduction)
+    logits = _tensor(logits)
+    xp = logits.xp
+    target = target.data if isinstance(target, Tensor) else target
+    if not hasattr(target, "__array_namespace__"):
+        target = xp.asarray(target, device=logits.device)
+    backend.namespace(logits.data, target)
+    if logits.ndim != 2:
+        raise ValueError(f"logits must have shape (N, C), got {logits.shape}")
+    if not xp.isdtype(target.dtype, "integral"):
+        raise TypeError(f"target must hold integer class indices, got dtype {target.dtype}")
+    if tuple(target.shape) != logits.shape[:1]:
+        raise ValueError(f"target has shape {tuple(target.shape)}, expected ({logits.shape[0]},)"
+                         f" for logits of shape {logits.shape}")
+    n_classes = logits.shape[1]
+    kept = target != ignore_index
+    if bool(xp.any(kept & ((target < 0) | (target >= n_classes)))):
+        raise ValueError(f"target labels must lie in [0, {n_classes}) or equal "
+                         f"ignore_index={ignore_index}")
+    safe = xp.where(kept, target, xp.zeros_like(target))
+    picked = take_along_axis(log_softmax(logits, axis=1), xp.reshape(safe, (-1, 1)), axis=1)
+    weight = Tensor(xp.astype(kept, logits.dtype))
+    loss = -picked.reshape(-1) * weight
+    return _reduce(loss, reduction, int(xp.sum(xp.astype(kept, xp.int64))))
+
+
+def mse_loss(input, target, reduction="mean"):
+    """(input - target)^2 elementwise; ``"mean"`` divides by the number of elements."""
+    _check_reduction(reduction)
+    input = _tensor(input)
+    target = input._lift(target)
+    if input.shape != target.shape:
+        raise ValueError(f"input shape {input.shape} and target shape {target.shape} differ")
+    diff = input - target
+    return _reduce(diff * diff, reduction, input.size)
+
+
+def dropout(x, p=0.5, training=True, *, seed=0, step=0, sample_index=None):
+    """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p).
+
+    The mask of sample ``i`` comes from a counter-based generator keyed by
+    ``(seed, step, sample_index[i], feature)``: the same sample at the same step gets the
+    same mask however the batch is split. ``sample_index`` defaults to ``0..N-1``.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability p must be in [0, 1], got {p}")
+    x = _tensor(x)
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    xp = x.xp
+    n = x.shape[0]
+    if sample_index is None:
+        sample_index = xp.arange(n, device=x.device)
+    width = x.size // n if n else 0
+    u = backend.counter_uniform(xp, seed, step, sample_index, width, device=x.device)
+    keep = xp.reshape(u >= p, x.shape)
+    scale = xp.astype(keep, x.dtype) * (1.0 / (1.0 - p))
+    return x * Tensor(scale)

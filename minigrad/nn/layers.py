@@ -1,0 +1,97 @@
+"""Linear, activations and Sequential."""
+
+import math
+
+from minigrad import backend
+from minigrad.nn import functional as F
+from minigrad.nn.module import Module
+from minigrad.tensor import Parameter, Tensor
+
+
+class Linear(Module):
+    """y = x @ W.T + b, with W of shape (out_features, in_features) as in PyTorch.
+
+    W and b start uniform(-1/sqrt(in), 1/sqrt(in)), drawn from the NumPy ``generator``
+    (a seed or a ``numpy.random.Generator``; the weight is drawn before the bias).
+    """
+
+    def __init__(self, in_features, out_features, bias=True, *, generator=0,
+                 dtype="float64", xp=None, device=None):
+        super().__init__()
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.in_features, self.out_features = in_features, out_features
+        xp = backend.get_namespace(xp)
+        gen = backend.rng(generator)
+        bound = 1.0 / math.sqrt(in_features)
+        draw = dict(xp=xp, dtype=dtype, device=device)
+        self.weight = Parameter(backend.uniform(gen, -bound, bound, (out_features, in_features),
+                                                **draw))
+        self.bias = Parameter(backend.uniform(gen, -bound, bound, (out_features,), **draw)) \
+            if bias else None
+
+    def forward(self, x):
+        x = x if isinstance(x, Tensor) else Tensor(x)
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"Linear(in_features={self.in_features}) got an input of shape "
+                             f"{x.shape}; its last dimension must be {self.in_features}")
+        y = x @ self.weight.T
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return F.relu(x)
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return F.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return F.sigmoid(x)
+
+
+class GELU(Module):
+    """GELU with the tanh approximation, i.e. ``torch.nn.GELU(approximate="tanh")``."""
+
+    def forward(self, x):
+        return F.gelu(x)
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+class Sequential(Module):
+    """Modules applied in order; children are named ``"0"``, ``"1"``, ... like PyTorch."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        for i, module in enumerate(modules):
+            if not isinstance(module, Module):
+                raise TypeError(f"Sequential takes Modules, argument {i} is "
+                                f"{type(module).__name__}")
+            setattr(self, str(i), module)
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, x):
+        for module in self._modules.values():
+            x = module(x)
+        return x

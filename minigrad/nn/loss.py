@@ -1,0 +1,43 @@
+"""Loss modules that also know how many items their mean divides by.
+
+``num_items(target)`` is what the accumulation layer needs for the item-weighted rule:
+the number of non-ignored targets for cross-entropy, the number of elements for MSE.
+"""
+
+from minigrad import backend
+from minigrad.nn import functional as F
+from minigrad.nn.module import Module
+from minigrad.tensor import Tensor
+
+
+class CrossEntropyLoss(Module):
+    """``functional.cross_entropy`` as a module; ``"mean"`` divides by ``num_items``."""
+
+    def __init__(self, reduction="mean", ignore_index=-100):
+        super().__init__()
+        F._check_reduction(reduction)
+        self.reduction, self.ignore_index = reduction, ignore_index
+
+    def forward(self, logits, target, reduction=None):
+        return F.cross_entropy(logits, target, reduction or self.reduction, self.ignore_index)
+
+    def num_items(self, target):
+        target = target.data if isinstance(target, Tensor) else target
+        xp = backend.namespace(target)
+        return int(xp.sum(xp.astype(target != self.ignore_index, xp.int64)))
+
+
+class MSELoss(Module):
+    """``functional.mse_loss`` as a module; ``"mean"`` divides by the element count."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        F._check_reduction(reduction)
+        self.reduction = reduction
+
+    def forward(self, input, target, reduction=None):
+        return F.mse_loss(input, target, reduction or self.reduction)
+
+    def num_items(self, target):
+        target = target.data if isinstance(target, Tensor) else target
+        return int(target.size)

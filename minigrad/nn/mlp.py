@@ -1,0 +1,56 @@
+"""MLP: the model every notebook, test and command trains."""
+
+from minigrad import backend
+from minigrad.nn.dropout import Dropout
+from minigrad.nn.layers import GELU, Linear, ReLU, Sequential, Sigmoid, Tanh
+from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
+
+ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid, "gelu": GELU}
+NORMS = (None, "batch", "group", "layer")
+
+
+def default_groups(width):
+    """The largest of 4, 2, 1 that divides ``width``: the GroupNorm groups an MLP uses."""
+    return next(g for g in (4, 2, 1) if width % g == 0)
+
+
+class MLP(Sequential):
+    """Linear -> [norm] -> activation -> [dropout] per hidden layer, then a last Linear.
+
+    Children are numbered like a ``torch.nn.Sequential`` built the same way, so parameter
+    names ("0.weight", "0.bias", "1.weight", ...) line up with torch's.
+
+    >>> model = MLP([2, 8, 3], seed=0)
+    >>> [name for name, _ in model.named_parameters()]
+    ['0.weight', '0.bias', '2.weight', '2.bias']
+    """
+
+    def __init__(self, sizes, activation="relu", norm=None, dropout=0.0, seed=0,
+                 dtype="float64", xp=None, device=None, num_groups=None):
+        sizes = list(sizes)
+        if len(sizes) < 2 or not all(isinstance(s, int) and s >= 1 for s in sizes):
+            raise ValueError(f"sizes must list at least 2 positive ints, got {sizes!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
+                             f"got {activation!r}")
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        generator = backend.rng(seed)
+        dropout_seed = int(generator.integers(2**62))
+        make = dict(dtype=dtype, xp=xp, device=device)
+        layers = []
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layers.append(Linear(n_in, n_out, generator=generator, **make))
+            if i == len(sizes) - 2:
+                break
+            if norm == "batch":
+                layers.append(BatchNorm1d(n_out, **make))
+            elif norm == "group":
+                layers.append(GroupNorm(num_groups or default_groups(n_out), n_out, **make))
+            elif norm == "layer":
+                layers.append(LayerNorm(n_out, **make))
+            layers.append(ACTIVATIONS[activation]())
+            if dropout > 0.0:
+                layers.append(Dropout(dropout, seed=dropout_seed + i))
+        super().__init__(*layers)
+        self.sizes = tuple(sizes)

@@ -1,0 +1,190 @@
+"""Module: parameters, buffers and sub-modules registered by attribute assignment.
+
+>>> from minigrad import nn
+>>> class Affine(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.scale = nn.Parameter([2.0])
+...     def forward(self, x):
+...         return x * self.scale
+>>> [name for name, _ in Affine().named_parameters()]
+['scale']
+"""
+
+from minigrad import backend
+from minigrad.tensor import Parameter, Tensor
+
+
+class Module:
+    """Base class: assigning a ``Parameter`` or ``Module`` to an attribute registers it."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("call super().__init__() before assigning attributes of a Module")
+        if isinstance(value, (Parameter, Module)):
+            self._forget(name)
+            table = self._parameters if isinstance(value, Parameter) else self._modules
+            table[name] = value
+        elif name in self._parameters:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} to parameter {name!r} "
+                                "(expected a Parameter or None)")
+            self._parameters[name] = None
+        elif name in self._buffers:
+            self._buffers[name] = value
+        else:
+            self._forget(name)
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name):
+        for table in (self._parameters, self._buffers, self._modules, self.__dict__):
+            table.pop(name, None)
+
+    def __getattr__(self, name):
+        for table in ("_parameters", "_buffers", "_modules"):
+            entries = self.__dict__.get(table, {})
+            if name in entries:
+                return entries[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def register_buffer(self, name, array):
+        """Register a non-trained array (e.g. running statistics) saved in ``state_dict``."""
+        self._forget(name)
+        self._buffers[name] = array
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    # ----- traversal -------------------------------------------------------------------
+    def named_modules(self, prefix=""):
+        """``(dotted name, module)`` for this module and every descendant, depth first."""
+        stack = [(prefix, self)]
+        seen = set()
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = list(module._modules.items())
+            for child_name, child in reversed(children):
+                stack.append((f"{name}.{child_name}" if name else child_name, child))
+
+    def children(self):
+        return iter(self._modules.values())
+
+    def _named(self, table):
+        seen = set()
+        for prefix, module in self.named_modules():
+            for name, value in getattr(module, table).items():
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{prefix}.{name}" if prefix else name), value
+
+    def named_parameters(self):
+        """``(dotted name, Parameter)`` pairs in registration order, e.g. ``"0.weight"``."""
+        return self._named("_parameters")
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self):
+        return self._named("_buffers")
+
+    # ----- modes and gradients ------------------------------------------------------------
+    def train(self, mode=True):
+        """Set training mode on this module and every sub-module; returns ``self``."""
+        for _, module in self.named_modules():
+            object.__setattr__(module, "training", bool(mode))
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self):
+        """Forget all gradients (``p.grad = None``), as ``torch``'s default ``set_to_none``."""
+        for p in self.parameters():
+            p.grad = None
+
+    # ----- state ---------------------------------------------------------------------------
+    def state_dict(self):
+        """Dotted name -> array, parameters then buffers of each module, like ``torch``."""
+        state = {}
+        for prefix, module in self.named_modules():
+            for table in (module._parameters, module._buffers):
+                for name, value in table.items():
+                    if value is not None:
+                        array = value.data if isinstance(value, Tensor) else value
+                        state[f"{prefix}.{name}" if prefix else name] = array
+        return state
+
+    def load_state_dict(self, state):
+        """Copy arrays from ``state`` into this module's parameters and buffers.
+
+        Everything is checked before anything is written: missing or unexpected names and
+        shape mismatches raise ``KeyError`` / ``ValueError`` and leave the module unchanged.
+        """
+        own = self.state_dict()
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if missing or unexpected:
+            raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
+        staged = {}
+        for name, target in own.items():
+            value = backend.move(state[name], backend.namespace(target),
+                                 device=backend.device(target))
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(f"state_dict[{name!r}] has shape {tuple(value.shape)}, "
+                                 f"expected {tuple(target.shape)}")
+            staged[name] = backend.namespace(target).astype(value, target.dtype, copy=True)
+        for prefix, module in self.named_modules():
+            for table in (module._parameters, module._buffers):
+                for name, value in table.items():
+                    key = f"{prefix}.{name}" if prefix else name
+                    if key not in staged:
+                        continue
+                    if isinstance(value, Tensor):
+                        value.data = staged[key]
+                    else:
+                        table[name] = staged[key]
+
+    def to(self, xp=None, device=None, dtype=None):
+        """Move every parameter and buffer to namespace ``xp`` / ``device`` / float ``dtype``.
+
+        Gradients are dropped (they belong to the old arrays). Returns ``self``.
+        """
+        target = backend.get_namespace(xp) if xp is not None else None
+        for _, module in self.named_modules():
+            for table in (module._parameters, module._buffers):
+                for name, value in table.items():
+                    if value is None:
+                        continue
+                    array = value.data if isinstance(value, Tensor) else value
+                    ns = target or backend.namespace(array)
+                    array = backend.move(array, ns, device=device)
+                    if dtype is not None and backend.is_floating(ns, array):
+                        array = ns.astype(array, backend.as_dtype(ns, dtype))
+                    if isinstance(value, Tensor):
+                        value.data, value.xp, value.grad = array, ns, None
+                    else:
+                        table[name] = array
+        return self
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for name, child in self._modules.items():
+            lines.append(f"  ({name}): " + repr(child).replace("\n", "\n  "))
+        return lines[0] + ")" if len(lines) == 1 else "\n".join(lines) + "\n)"
+
+    def extra_repr(self):
+        return ""

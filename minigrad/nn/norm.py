@@ -1,0 +1,154 @@
+"""Normalisation layers: BatchNorm1d, GroupNorm, LayerNorm (PyTorch semantics).
+
+All three normalise with the *biased* variance: x_hat = (x - mean) / sqrt(var + eps),
+then y = weight * x_hat + bias. They differ in which axes the statistics are taken over:
+BatchNorm1d over the batch (so samples are coupled, and micro-batching changes results),
+GroupNorm and LayerNorm within each sample (so micro-batching does not).
+"""
+
+from minigrad import backend
+from minigrad.nn.module import Module
+from minigrad.tensor import Parameter, Tensor, no_grad
+
+
+def _affine_params(module, shape, xp, dtype, device):
+    dt = backend.as_dtype(xp, dtype)
+    module.weight = Parameter(xp.ones(shape, dtype=dt, device=device))
+    module.bias = Parameter(xp.zeros(shape, dtype=dt, device=device))
+
+
+def normalize(x, axes, eps):
+    """(x - mean) / sqrt(var + eps) over ``axes``, with the biased variance; also the stats."""
+    mean = x.mean(axis=axes, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(axis=axes, keepdims=True)
+    return centered / (var + eps).sqrt(), mean, var
+
+
+class BatchNorm1d(Module):
+    """Batch normalisation over an (N, C) or (N, C, L) input.
+
+    Training: batch statistics; running_mean/var <- (1 - momentum) * running + momentum *
+    batch stat, with the *unbiased* batch variance for running_var (``momentum=None``: a
+    cumulative average). Eval: the running statistics.
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, *, dtype="float64", xp=None, device=None):
+        super().__init__()
+        if not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
+        if momentum is not None and not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum must be in [0, 1] or None, got {momentum!r}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        xp = backend.get_namespace(xp)
+        dt = backend.as_dtype(xp, dtype)
+        if affine:
+            _affine_params(self, (num_features,), xp, dtype, device)
+        if track_running_stats:
+            self.register_buffer("running_mean", xp.zeros(num_features, dtype=dt, device=device))
+            self.register_buffer("running_var", xp.ones(num_features, dtype=dt, device=device))
+            self.register_buffer("num_batches_tracked", xp.asarray(0, dtype=xp.int64,
+                                                                   device=device))
+
+    def _check(self, x):
+        if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
+            raise ValueError(f"BatchNorm1d({self.num_features}) expects input of shape (N, "
+                             f"{self.num_features}) or (N, {self.num_features}, L), got {x.shape}")
+
+    def forward(self, x):
+        x = x if isinstance(x, Tensor) else Tensor(x)
+        self._check(x)
+        axes = (0,) if x.ndim == 2 else (0, 2)
+        shape = (1, self.num_features) + (1,) * (x.ndim - 2)
+        use_batch = self.training or not self.track_running_stats
+        if use_batch:
+            count = x.size // self.num_features
+            if self.training and count < 2:
+                raise ValueError("BatchNorm1d in training mode needs more than 1 value per "
+                                 f"channel, got input of shape {x.shape}")
+            x_hat, mean, var = normalize(x, axes, self.eps)
+            if self.training and self.track_running_stats:
+                self._update_running(mean.data, var.data, count)
+        else:
+            xp = x.xp
+            mean = xp.reshape(self.running_mean, shape)
+            var = xp.reshape(self.running_var, shape)
+            x_hat = (x - Tensor(mean)) / Tensor(xp.sqrt(var + self.eps))
+        if self.affine:
+            x_hat = x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return x_hat
+
+    def _update_running(self, mean, var, count):
+        """One running-statistics update from batch mean and biased variance of ``count``."""
+        with no_grad():
+            xp = backend.namespace(mean)
+            self.num_batches_tracked = self.num_batches_tracked + 1
+            m = self.momentum
+            if m is None:
+                m = 1.0 / int(self.num_batches_tracked)
+            unbiased = xp.reshape(var, (-1,)) * (count / (count - 1))
+            self.running_mean = (1.0 - m) * self.running_mean + m * xp.reshape(mean, (-1,))
+            self.running_var = (1.0 - m) * self.running_var + m * unbiased
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class GroupNorm(Module):
+    """Normalise each sample over groups of channels: input (N, C, *), C divisible by groups."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, dtype="float64",
+                 xp=None, device=None):
+        super().__init__()
+        if not isinstance(num_groups, int) or num_groups < 1 or num_channels % num_groups:
+            raise ValueError(f"num_groups must be a positive int dividing num_channels="
+                             f"{num_channels}, got {num_groups!r}")
+        self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
+                                                                    eps, affine)
+        if affine:
+            _affine_params(self, (num_channels,), backend.get_namespace(xp), dtype, device)
+
+    def forward(self, x):
+        x = x if isinstance(x, Tensor) else Tensor(x)
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}) expects input "
+                             f"of shape (N, {self.num_channels}, ...), got {x.shape}")
+        n = x.shape[0]
+        x_hat, _, _ = normalize(x.reshape(n, self.num_groups, -1), (2,), self.eps)
+        x_hat = x_hat.reshape(x.shape)
+        if self.affine:
+            shape = (1, self.num_channels) + (1,) * (x.ndim - 2)
+            x_hat = x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return x_hat
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}"
+
+
+class LayerNorm(Module):
+    """Normalise each sample over its last ``len(normalized_shape)`` axes."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, *,
+                 dtype="float64", xp=None, device=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        self.normalized_shape, self.eps = tuple(shape), eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            _affine_params(self, self.normalized_shape, backend.get_namespace(xp), dtype, device)
+
+    def forward(self, x):
+        x = x if isinstance(x, Tensor) else Tensor(x)
+        k = len(self.normalized_shape)
+        if x.shape[x.ndim - k:] != self.normalized_shape:
+            raise ValueError(f"LayerNorm{self.normalized_shape} got an input of shape "
+                             f"{x.shape}; its trailing dimensions must match")
+        x_hat, _, _ = normalize(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
+        if self.elementwise_affine:
+            x_hat = x_hat * self.weight + self.bias
+        return x_hat
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}"
