@@ -238,6 +238,7 @@ class Tensor:
         """Permute the axes (reverse them when ``axes`` is None), like ``numpy.transpose``."""
         xp = self.xp
         axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
+        axes = tuple(a % self.ndim for a in axes)  # the inverse below needs axes >= 0
         inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
         def backward(g):
@@ -254,6 +255,10 @@ class Tensor:
         if self.ndim == 0 or other.ndim == 0:
             raise ValueError("matmul needs operands with at least 1 dimension, got shapes "
                              f"{self.shape} and {other.shape}")
+        inner = other.shape[-2] if other.ndim > 1 else other.shape[0]
+        if self.shape[-1] != inner:
+            raise ValueError(f"matmul shape mismatch: {self.shape} @ {other.shape} "
+                             f"(inner dimensions {self.shape[-1]} != {inner})")
         a = self if self.ndim > 1 else self.reshape(1, self.shape[0])
         b = other if other.ndim > 1 else other.reshape(other.shape[0], 1)
         out = _matmul(a, b)
@@ -313,6 +318,7 @@ class Tensor:
                 raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
                                  f"expected the output's shape {self.shape}")
         grads = {id(self): gradient}
+        leaves = []
         for node in reversed(_topological_order(self)):
             g = grads.pop(id(node), None)
             if g is None:
@@ -320,7 +326,7 @@ class Tensor:
             if node._backward is None:
                 if g.dtype != node.dtype:
                     g = xp.astype(g, node.dtype)
-                node.grad = g if node.grad is None else node.grad + g
+                leaves.append((node, g))
                 continue
             for parent, pg in zip(node._parents, node._backward(g)):
                 if pg is None or not parent.requires_grad:
@@ -328,6 +334,10 @@ class Tensor:
                 pg = _unbroadcast(xp, pg, parent.shape)
                 key = id(parent)
                 grads[key] = pg if key not in grads else grads[key] + pg
+        # .grad is written only once every gradient is computed: an error (or Ctrl-C)
+        # half-way through leaves all .grad as they were, never half-accumulated.
+        for leaf, g in leaves:
+            leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
 class Parameter(Tensor):
@@ -342,9 +352,6 @@ class Parameter(Tensor):
 
 def _matmul(a, b):
     xp = a.xp
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"matmul shape mismatch: {a.shape} @ {b.shape} "
-                         f"(inner dimensions {a.shape[-1]} != {b.shape[-2]})")
     x, y = a.data, b.data
 
     def backward(g):
@@ -357,7 +364,8 @@ def _matmul(a, b):
 
 def maximum(a, b):
     """Elementwise max; at ties the gradient is split in half between both, as in PyTorch."""
-    a = a if isinstance(a, Tensor) else Tensor(a)
+    if not isinstance(a, Tensor):  # a scalar takes b's namespace and dtype, as in a + b
+        a = b._lift(a) if isinstance(b, Tensor) else Tensor(a)
     b = a._lift(b)
     xp, x, y = a.xp, a.data, b.data
 

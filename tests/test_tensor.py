@@ -1,0 +1,354 @@
+"""The engine: every primitive against finite differences and HIPS autograd, on every
+namespace; broadcasting properties; edge conventions; backward(); bad input."""
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from gradcheck import OpSpec, check_op
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minigrad import backend
+from minigrad.tensor import Tensor, is_grad_enabled, maximum, no_grad, take_along_axis
+
+
+def _gather_ref(x, idx, axis):
+    """take_along_axis by fancy indexing (autograd has no take_along_axis rule)."""
+    index = list(np.indices(idx.shape, sparse=True))
+    index[axis] = idx
+    return x[tuple(index)]
+
+
+def _same(name, fn, shapes, domain="real"):
+    """A spec whose minigrad and autograd versions are the same Python code."""
+    return OpSpec(name, fn, fn, shapes, domain)
+
+
+_INDICES = np.random.default_rng(0)
+ROWS = _INDICES.integers(0, 3, (5, 4))  # repeated indices: the backward must add them up
+LAST = _INDICES.integers(0, 4, (2, 3, 6))
+
+SPECS = [
+    _same("add", lambda x, y: x + y, [(3, 4), (3, 4)]),
+    _same("add_broadcast", lambda x, y: x + y, [(2, 1, 4), (3, 1)]),
+    _same("add_0d", lambda x, y: x + y, [(), (2, 3)]),
+    _same("radd_scalar", lambda x: 2.5 + x, [(3,)]),
+    _same("sub", lambda x, y: x - y, [(3, 4), (3, 4)]),
+    _same("sub_broadcast", lambda x, y: x - y, [(4,), (3, 1)]),
+    _same("rsub_scalar", lambda x: 1.5 - x, [(3,)]),
+    _same("mul", lambda x, y: x * y, [(3, 4), (3, 4)]),
+    _same("mul_broadcast", lambda x, y: x * y, [(2, 3, 1), (1, 4)]),
+    _same("mul_scalar", lambda x: x * 3.0, [(3,)]),
+    _same("div", lambda x, y: x / y, [(3, 4), (3, 4)], ("real", "positive")),
+    _same("div_broadcast", lambda x, y: x / y, [(3, 1), (2, 1, 4)], ("real", "positive")),
+    _same("rtruediv_scalar", lambda x: 4.0 / x, [(3,)], "positive"),
+    _same("neg", lambda x: -x, [(2, 3)]),
+    _same("pow_0.5", lambda x: x**0.5, [(2, 3)], "positive"),
+    _same("pow_2", lambda x: x**2, [(2, 3)]),
+    _same("pow_-1", lambda x: x**-1, [(2, 3)], "positive"),
+    _same("pow_3", lambda x: x**3, [(2, 3)]),
+    _same("pow_0", lambda x: x**0, [(2, 3)]),
+    _same("pow_1.5", lambda x: x**1.5, [(2, 3)], "positive"),
+    _same("matmul", lambda a, b: a @ b, [(3, 4), (4, 2)]),
+    _same("matmul_vec_mat", lambda a, b: a @ b, [(4,), (4, 2)]),
+    _same("matmul_mat_vec", lambda a, b: a @ b, [(3, 4), (4,)]),
+    _same("matmul_vec_vec", lambda a, b: a @ b, [(4,), (4,)]),
+    _same("matmul_batched", lambda a, b: a @ b, [(2, 3, 4), (2, 4, 2)]),
+    _same("matmul_batch_broadcast", lambda a, b: a @ b, [(2, 1, 3, 4), (5, 4, 2)]),
+    _same("matmul_vec_batched", lambda a, b: a @ b, [(4,), (2, 4, 3)]),
+    _same("matmul_batched_vec", lambda a, b: a @ b, [(2, 3, 4), (4,)]),
+    OpSpec("exp", lambda x: x.exp(), anp.exp, [(2, 3)]),
+    OpSpec("log", lambda x: x.log(), anp.log, [(2, 3)], "positive"),
+    OpSpec("sqrt", lambda x: x.sqrt(), anp.sqrt, [(2, 3)], "positive"),
+    OpSpec("tanh", lambda x: x.tanh(), anp.tanh, [(2, 3)]),
+    OpSpec("relu", lambda x: x.relu(), lambda x: anp.maximum(x, 0.0), [(3, 4)], "nonzero"),
+    OpSpec("maximum", maximum, anp.maximum, [(3, 4), (3, 4)], ("grid", "offgrid")),
+    OpSpec("maximum_broadcast", maximum, anp.maximum, [(3, 1), (1, 4)], ("offgrid", "grid")),
+    OpSpec("maximum_scalar", lambda x: maximum(x, 0.0), lambda x: anp.maximum(x, 0.0),
+           [(5,)], "nonzero"),
+    OpSpec("maximum_scalar_first", lambda x: maximum(0.0, x), lambda x: anp.maximum(0.0, x),
+           [(5,)], "nonzero"),
+]
+
+for _axis in [None, 0, -1, (0, 2), (-1, -3)]:
+    for _keep in [False, True]:
+        for _name in ["sum", "mean"]:
+            SPECS.append(OpSpec(
+                f"{_name}_axis={_axis}_keepdims={_keep}",
+                lambda x, a=_axis, k=_keep, n=_name: getattr(x, n)(axis=a, keepdims=k),
+                lambda x, a=_axis, k=_keep, n=_name: getattr(anp, n)(x, axis=a, keepdims=k),
+                [(2, 3, 4)],
+            ))
+
+SPECS += [
+    OpSpec("sum_0d", lambda x: x.sum(), anp.sum, [()]),
+    OpSpec("reshape", lambda x: x.reshape(6, 4), lambda x: anp.reshape(x, (6, 4)), [(2, 3, 4)]),
+    OpSpec("reshape_tuple_-1", lambda x: x.reshape((-1,)), lambda x: anp.reshape(x, (-1,)),
+           [(2, 3, 4)]),
+    OpSpec("reshape_0d", lambda x: x.reshape(1, 1), lambda x: anp.reshape(x, (1, 1)), [()]),
+    OpSpec("transpose", lambda x: x.transpose(), anp.transpose, [(2, 3, 4)]),
+    OpSpec("transpose_axes", lambda x: x.transpose((2, 0, 1)),
+           lambda x: anp.transpose(x, (2, 0, 1)), [(2, 3, 4)]),
+    # the reference spells the axes out: autograd's transpose rule gets negative axes wrong
+    OpSpec("transpose_negative_axes", lambda x: x.transpose((1, -1, -3)),
+           lambda x: anp.transpose(x, (1, 2, 0)), [(2, 3, 4)]),
+    OpSpec("T_2d", lambda x: x.T, lambda x: x.T, [(3, 4)]),
+    OpSpec("T_3d", lambda x: x.T, lambda x: x.T, [(2, 3, 4)]),
+    OpSpec("take_along_axis_0", lambda x, i: take_along_axis(x, i, axis=0),
+           lambda x, i: _gather_ref(x, i, 0), [(3, 4)], extra=(ROWS,)),
+    OpSpec("take_along_axis_-1", lambda x, i: take_along_axis(x, i, axis=-1),
+           lambda x, i: _gather_ref(x, i, 2), [(2, 3, 4)], extra=(LAST,)),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_gradients(xp, spec):
+    check_op(spec, xp)
+
+
+def test_gradients_on_cupy(cupy_xp):
+    for spec in SPECS:
+        check_op(spec, cupy_xp)
+
+
+# ----- broadcasting, as a property --------------------------------------------------------
+@st.composite
+def broadcastable_shapes(draw, max_dims=4, max_side=3):
+    """Two shapes that broadcast together: each keeps a suffix of a common shape with some
+    sides set to 1 (leading dims added and size-1 dims stretched: both ways to unbroadcast)."""
+    ndim = draw(st.integers(0, max_dims))
+    full = draw(st.lists(st.integers(1, max_side), min_size=ndim, max_size=ndim))
+
+    def operand():
+        kept = full[ndim - draw(st.integers(0, ndim)):]
+        return tuple(1 if draw(st.booleans()) else n for n in kept)
+
+    return operand(), operand()
+
+
+BINARY = {
+    "add": lambda x, y: x + y,
+    "sub": lambda x, y: x - y,
+    "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / y,
+}
+
+
+@pytest.mark.parametrize("op", BINARY)
+@given(shapes=broadcastable_shapes())
+def test_broadcast_grad_has_input_shape_and_matches_autograd(xp, op, shapes):
+    domain = ("real", "positive" if op == "div" else "real")
+    check_op(OpSpec(f"{op}{shapes}", BINARY[op], BINARY[op], shapes, domain), xp)
+
+
+# ----- edge conventions (exact) -------------------------------------------------------------
+def _tensor(xp, values, requires_grad=True, dtype=None):
+    return Tensor(xp.asarray(values, dtype=dtype or xp.float64), requires_grad=requires_grad)
+
+
+def _equal(a, expected):
+    return np.array_equal(backend.to_numpy(a), np.asarray(expected))
+
+
+def test_relu_derivative_at_zero_is_zero(xp):
+    x = _tensor(xp, [-1.0, 0.0, 2.0])
+    x.relu().sum().backward()
+    assert _equal(x.grad, [0.0, 0.0, 1.0])
+
+
+def test_maximum_splits_ties_in_half(xp):
+    x = _tensor(xp, [1.0, 2.0, 3.0, -1.0])
+    y = _tensor(xp, [1.0, 0.0, 3.0, 0.0])
+    maximum(x, y).sum().backward()
+    assert _equal(x.grad, [0.5, 1.0, 0.5, 0.0])
+    assert _equal(y.grad, [0.5, 0.0, 0.5, 1.0])
+
+
+def test_maximum_ties_under_broadcasting(xp):
+    x = _tensor(xp, [[0.0], [2.0]])
+    y = _tensor(xp, [0.0, 2.0, 1.0])
+    maximum(x, y).sum().backward()
+    assert _equal(x.grad, [[0.5], [2.5]])  # row 0: tie, loses, loses; row 1: wins, tie, wins
+    assert _equal(y.grad, [0.5, 1.5, 1.0])
+
+
+def test_pow_zero_has_zero_gradient_even_at_zero(xp):
+    x = _tensor(xp, [-1.0, 0.0, 2.0])
+    (x**0).sum().backward()
+    assert _equal(x.grad, [0.0, 0.0, 0.0])  # not 0 * 0**-1 = nan
+
+
+def test_pow_two_at_zero(xp):
+    x = _tensor(xp, [0.0, 3.0])
+    (x**2).sum().backward()
+    assert _equal(x.grad, [0.0, 6.0])
+
+
+# ----- backward() ---------------------------------------------------------------------------
+def test_backward_through_a_10000_op_chain(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    y = x
+    for _ in range(10_000):
+        y = y + 0.5
+    y.sum().backward()  # recursion would exceed Python's default limit of 1000
+    assert _equal(y.data, [5001.0, 5002.0])
+    assert _equal(x.grad, [1.0, 1.0])
+
+
+def test_non_scalar_backward_without_seed_names_shape_and_gradient(xp):
+    y = _tensor(xp, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) * 2.0
+    with pytest.raises(RuntimeError, match=r"\(2, 3\).*gradient"):
+        y.backward()
+
+
+def test_seeded_non_scalar_backward(xp):
+    x = _tensor(xp, [[1.0, 2.0], [3.0, 4.0]])
+    (x * x).backward(xp.asarray([[1.0, 0.0], [-1.0, 0.5]], dtype=xp.float64))
+    assert _equal(x.grad, [[2.0, 0.0], [-6.0, 4.0]])
+
+
+def test_seed_of_wrong_shape_raises_and_keeps_grad(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    (x * 3.0).sum().backward()
+    before = x.grad
+    with pytest.raises(ValueError, match=r"\(3,\).*\(2,\)"):
+        (x * x).backward(xp.ones((3,), dtype=xp.float64))
+    assert x.grad is before
+    assert _equal(x.grad, [3.0, 3.0])
+
+
+def test_gradients_accumulate_out_of_place(xp):
+    x = _tensor(xp, [1.0, -2.0])
+    (x * x).sum().backward()
+    first = x.grad
+    (x * 3.0).sum().backward()
+    assert _equal(x.grad, [5.0, -1.0])  # 2x + 3
+    assert x.grad is not first
+    assert _equal(first, [2.0, -4.0])  # the first array was not written to
+
+
+def test_diamond_sums_both_paths(xp):
+    x = _tensor(xp, [0.5, -1.25, 2.0])
+    a = x * 3.0
+    b = x * x
+    (a + b).sum().backward()
+    assert _equal(x.grad, [4.0, 0.5, 7.0])  # 3 + 2x
+
+
+def test_shared_subexpression_is_visited_once(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    h = x * 2.0
+    (h * h + h).sum().backward()  # d/dx (4x^2 + 2x) = 8x + 2
+    assert _equal(x.grad, [10.0, 18.0])
+
+
+def test_no_grad_records_nothing_and_restores(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    with pytest.raises(KeyError), no_grad():
+        y = (x * 2.0).exp()
+        raise KeyError
+    assert not y.requires_grad
+    assert y.is_leaf
+    assert is_grad_enabled()
+    assert (x * 2.0).requires_grad
+
+
+def test_detach_cuts_the_graph(xp):
+    x = _tensor(xp, [1.0, -3.0])
+    d = x.detach()
+    assert not d.requires_grad
+    (d * x).sum().backward()
+    assert _equal(x.grad, [1.0, -3.0])  # d is a constant: not 2x
+    assert d.grad is None
+
+
+def test_comparisons_are_tensors_without_grad(xp):
+    x = _tensor(xp, [1.0, 2.0, 3.0])
+    results = {
+        "<": (x < 2.0, [True, False, False]),
+        "<=": (x <= 2.0, [True, True, False]),
+        ">": (x > 2.0, [False, False, True]),
+        ">=": (x >= 2.0, [False, True, True]),
+        "eq": (x.eq(2.0), [False, True, False]),
+        "ne": (x.ne(_tensor(xp, [1.0, 0.0, 3.0])), [False, True, False]),
+    }
+    for op, (result, expected) in results.items():
+        assert isinstance(result, Tensor), op
+        assert not result.requires_grad, op
+        assert result.dtype == xp.bool, op
+        assert _equal(result.data, expected), op
+
+
+def test_float32_graph_keeps_float32(xp):
+    x = _tensor(xp, [[0.5, -1.0], [2.0, 0.25]], dtype=xp.float32)
+    w = _tensor(xp, [1.5, -0.5], dtype=xp.float32)
+    out = ((x @ w).tanh().exp() + (x**2).mean() + maximum(0.0, x).sum() / 3.0).sum()
+    assert out.dtype == xp.float32
+    out.backward()
+    assert x.grad.dtype == xp.float32
+    assert w.grad.dtype == xp.float32
+
+
+def test_mixed_dtypes_give_each_grad_its_input_dtype(xp):
+    x = _tensor(xp, [1.0, 2.0], dtype=xp.float32)
+    y = _tensor(xp, [3.0, 4.0], dtype=xp.float64)
+    out = (x * y).sum()
+    assert out.dtype == xp.float64
+    out.backward()
+    assert x.grad.dtype == xp.float32
+    assert y.grad.dtype == xp.float64
+    assert _equal(x.grad, [3.0, 4.0])
+    assert _equal(y.grad, [1.0, 2.0])
+
+
+# ----- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("a", "b"), [((3, 4), (5, 2)), ((4,), (3, 2)), ((2, 3), (4,))])
+def test_matmul_mismatch_names_both_shapes(xp, a, b):
+    x = Tensor(xp.ones(a, dtype=xp.float64), requires_grad=True)
+    y = Tensor(xp.ones(b, dtype=xp.float64))
+    with pytest.raises(ValueError) as info:
+        x @ y
+    assert str(a) in str(info.value)
+    assert str(b) in str(info.value)
+
+
+def test_mixing_namespaces_raises_type_error_naming_both():
+    a = Tensor(backend.get_namespace("numpy").asarray([1.0, 2.0]), requires_grad=True)
+    b = Tensor(backend.get_namespace("array_api_strict").asarray([1.0, 2.0]))
+    for mix in [lambda: a + b, lambda: b * a, lambda: a @ b, lambda: maximum(a, b)]:
+        with pytest.raises(TypeError, match="numpy.*array_api_strict|array_api_strict.*numpy"):
+            mix()
+
+
+def test_take_along_axis_with_float_indices_raises(xp):
+    x = _tensor(xp, [[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(TypeError, match="integer"):
+        take_along_axis(x, xp.asarray([[0.0], [1.0]]), axis=1)
+
+
+def test_failing_op_leaves_grad_unchanged(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    (x * 2.0).sum().backward()
+    before = x.grad
+    with pytest.raises(ValueError):
+        x @ _tensor(xp, [1.0, 2.0, 3.0])
+    with pytest.raises(TypeError):
+        take_along_axis(x, xp.asarray([0.5]))
+    assert x.grad is before
+    assert _equal(x.grad, [2.0, 2.0])
+
+
+def test_failure_during_backward_leaves_every_grad_unchanged(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    y = _tensor(xp, [3.0, 4.0])
+    (x * y).sum().backward()
+
+    def broken(g):
+        raise MemoryError("simulated failure half-way through backward")
+
+    # y's gradient is complete before the broken node is reached, x's comes after it
+    out = y * 2.0 + x._make(x.data, (x,), broken)
+    with pytest.raises(MemoryError):
+        out.sum().backward()
+    assert _equal(x.grad, [3.0, 4.0])
+    assert _equal(y.grad, [1.0, 2.0])
