@@ -71,6 +71,25 @@ def is_floating(xp, x):
     return xp.isdtype(x.dtype, "real floating")
 
 
+def is_exact(x):
+    """Whether ``x`` is a NumPy object array (of ``fractions.Fraction``: exact mode)."""
+    return isinstance(x, np.ndarray) and x.dtype == object
+
+
+def is_differentiable(xp, x):
+    """Real floating point, or exact: the arrays a gradient can be taken for."""
+    return is_exact(x) or is_floating(xp, x)
+
+
+def ones_like(xp, x):
+    """Ones shaped like ``x``; exact ``Fraction(1)`` for object arrays, so 1/n stays exact."""
+    if is_exact(x):
+        from fractions import Fraction
+
+        return np.full(x.shape, Fraction(1), dtype=object)
+    return xp.ones_like(x)
+
+
 def to_numpy(x):
     """A NumPy copy (or view) of array ``x`` from any namespace."""
     if isinstance(x, np.ndarray):

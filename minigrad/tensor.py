@@ -45,8 +45,9 @@ class Tensor:
         self.xp = backend.namespace(data)
         if dtype is not None:
             data = self.xp.astype(data, backend.as_dtype(self.xp, dtype))
-        if requires_grad and not backend.is_floating(self.xp, data):
-            raise TypeError(f"only floating-point tensors can require grad, got {data.dtype}")
+        if requires_grad and not backend.is_differentiable(self.xp, data):
+            raise TypeError(f"only floating-point (or exact Fraction) tensors can require grad,"
+                            f" got {data.dtype}")
         self.data = data
         self.requires_grad = requires_grad
         self.grad = None
@@ -70,6 +71,9 @@ class Tensor:
         return self
 
     def _make(self, data, parents, backward):
+        if not hasattr(data, "shape"):
+            # NumPy object (Fraction) arrays give bare scalars for 0-d results.
+            data = self.xp.asarray(data, dtype=self.dtype)
         out = Tensor.__new__(Tensor)
         out.data, out.xp, out.grad = data, self.xp, None
         out.requires_grad = _grad_enabled and any(p.requires_grad for p in parents)
@@ -93,6 +97,8 @@ class Tensor:
         return self.shape[0]
 
     def item(self):
+        if backend.is_exact(self.data):
+            return self.data.item()
         return float(self.data) if backend.is_floating(self.xp, self.data) else int(self.data)
 
     def numpy(self):
@@ -223,7 +229,7 @@ class Tensor:
 
     def mean(self, axis=None, keepdims=False):
         count = _count(self.shape, axis)
-        return self.sum(axis=axis, keepdims=keepdims) * (1.0 / count)
+        return self.sum(axis=axis, keepdims=keepdims) / count
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
@@ -310,7 +316,7 @@ class Tensor:
             if self.size != 1:
                 raise RuntimeError(f"backward() on a non-scalar tensor of shape {self.shape} "
                                    "needs a seed: pass gradient= with that shape")
-            gradient = xp.ones_like(self.data)
+            gradient = backend.ones_like(xp, self.data)
         else:
             gradient = gradient.data if isinstance(gradient, Tensor) else gradient
             backend.namespace(self.data, gradient)
@@ -331,6 +337,8 @@ class Tensor:
             for parent, pg in zip(node._parents, node._backward(g)):
                 if pg is None or not parent.requires_grad:
                     continue
+                if not hasattr(pg, "shape"):  # a bare Fraction from a 0-d object array
+                    pg = xp.asarray(pg, dtype=parent.dtype)
                 pg = _unbroadcast(xp, pg, parent.shape)
                 key = id(parent)
                 grads[key] = pg if key not in grads else grads[key] + pg

@@ -71,7 +71,7 @@ def _reduce(loss, reduction, count):
     if count == 0:
         # PyTorch returns NaN for a mean over zero items (all targets ignored): 0 / 0.
         return total * float("nan")
-    return total * (1.0 / count)
+    return total / count
 
 
 def _check_reduction(reduction):
