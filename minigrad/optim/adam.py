@@ -1,0 +1,75 @@
+"""Adam with L2 weight decay, as ``torch.optim.Adam`` (single-tensor, non-fused code path).
+
+For each parameter p with gradient g, at update t = 1, 2, ... (lr = gamma,
+betas = (beta_1, beta_2), weight_decay = lambda; m_0 = v_0 = 0):
+
+    g_t <- g_t + lambda * p_{t-1}                       (only if lambda != 0)
+    m_t  = beta_1 * m_{t-1} + (1 - beta_1) * g_t
+    v_t  = beta_2 * v_{t-1} + (1 - beta_2) * g_t * g_t
+    s_t  = gamma / (1 - beta_1^t)                       (step size)
+    d_t  = sqrt(v_t) / (1 - beta_2^t)^(1/2) + eps       (eps added after the square root)
+    p_t  = p_{t-1} - s_t * m_t / d_t
+
+This is p - gamma * m_hat / (sqrt(v_hat) + eps) with m_hat = m / (1 - beta_1^t) and
+v_hat = v / (1 - beta_2^t), evaluated in torch's order. (torch >= 2.0 writes the update of m
+as ``lerp(m, g, 1 - beta_1)``, the same value up to rounding.)
+
+>>> import numpy as np
+>>> params, grads = [np.array([1.0])], [np.array([2.0])]
+>>> new, state = update(grads, init(params), params, lr=0.125, betas=(0.5, 0.75), eps=0.0)
+>>> new[0], state.count
+(array([0.875]), 1)
+"""
+
+from typing import NamedTuple
+
+from minigrad import backend
+from minigrad.optim import _checks
+
+
+class AdamState(NamedTuple):
+    """``count``: updates done t; ``mu``: first moments m; ``nu``: second moments v."""
+
+    count: int
+    mu: tuple
+    nu: tuple
+
+
+def init(params):
+    """The state before the first update: t = 0, m = v = 0 in each parameter's dtype/device."""
+    mu = tuple(backend.namespace(p).zeros_like(p) for p in params)
+    nu = tuple(backend.namespace(p).zeros_like(p) for p in params)
+    return AdamState(count=0, mu=mu, nu=nu)
+
+
+def check_hyperparams(*, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    """The hyperparameters as Python floats; ``ValueError`` naming any that is out of range."""
+    return {
+        "lr": _checks.real("lr", lr),
+        "betas": _checks.betas(betas),
+        "eps": _checks.real("eps", eps),
+        "weight_decay": _checks.real("weight_decay", weight_decay),
+    }
+
+
+def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    """One Adam update: ``(new_params, new_state)``; the inputs are left unchanged."""
+    h = check_hyperparams(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    _checks.check_like(grads, params, "grads[{}]")
+    _checks.check_like(state.mu, params, "state.mu[{}]")
+    _checks.check_like(state.nu, params, "state.nu[{}]")
+    b1, b2 = h["betas"]
+    t = state.count + 1
+    step_size = h["lr"] / (1 - b1**t)
+    bias_correction2_sqrt = (1 - b2**t) ** 0.5
+    new_params, mu, nu = [], [], []
+    for g, m, v, p in zip(grads, state.mu, state.nu, params):
+        if h["weight_decay"] != 0:
+            g = g + h["weight_decay"] * p
+        m = b1 * m + (1.0 - b1) * g
+        v = b2 * v + (1.0 - b2) * g * g
+        denom = backend.namespace(v).sqrt(v) / bias_correction2_sqrt + h["eps"]
+        new_params.append(p - step_size * m / denom)
+        mu.append(m)
+        nu.append(v)
+    return tuple(new_params), AdamState(count=t, mu=tuple(mu), nu=tuple(nu))

@@ -1,0 +1,33 @@
+"""AdamW: Adam with decoupled weight decay, as ``torch.optim.AdamW``.
+
+For each parameter p with gradient g, at update t = 1, 2, ... (lr = gamma,
+weight_decay = lambda):
+
+    p'  = p_{t-1} * (1 - gamma * lambda)                (decay first, not through g)
+    p_t = the Adam update of p' with gradient g_t and no L2 term (see ``adam``)
+
+The state is Adam's: ``AdamState(count, mu, nu)``.
+
+>>> import numpy as np
+>>> params, grads = [np.array([2.0])], [np.array([0.0])]
+>>> new, _ = update(grads, init(params), params, lr=0.5, weight_decay=0.25)
+>>> new[0]
+array([1.75])
+"""
+
+from minigrad.optim import adam
+
+init = adam.init
+
+
+def check_hyperparams(*, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    """The hyperparameters as Python floats; ``ValueError`` naming any that is out of range."""
+    return adam.check_hyperparams(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    """One AdamW update: ``(new_params, new_state)``; the inputs are left unchanged."""
+    h = check_hyperparams(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if h["weight_decay"] != 0:
+        params = [p * (1.0 - h["lr"] * h["weight_decay"]) for p in params]
+    return adam.update(grads, state, params, lr=lr, betas=betas, eps=eps, weight_decay=0.0)

@@ -1,0 +1,58 @@
+"""Gradient clipping by the global norm, as ``torch.nn.utils.clip_grad_norm_``.
+
+For gradients g_1..g_n and norm type q (2 by default, or inf):
+
+    total = || ( ||g_1||_q, ..., ||g_n||_q ) ||_q
+    c     = max_norm / (total + 1e-6)
+    g_i  <- c * g_i                 only if c < 1
+
+With accumulation, clip once per optimizer update, on the accumulated gradient: clipping
+each micro-batch's gradient is a different (and split-dependent) operation.
+
+>>> import numpy as np
+>>> clipped, total = clip_by_global_norm([np.array([3.0]), np.array([4.0])], max_norm=1.0)
+>>> total
+5.0
+"""
+
+import math
+
+from minigrad import backend
+from minigrad.optim import _checks
+from minigrad.tensor import Tensor
+
+
+def clip_by_global_norm(grads, max_norm, norm_type=2.0):
+    """``(clipped_grads, total_norm)``: new arrays scaled by ``c`` if ``c < 1``; a float norm.
+
+    All grads share one namespace. If ``total_norm`` is not finite (inf or nan) the grads
+    are returned unchanged with that norm, so the caller can refuse the update (torch would
+    scale them by a nan or zero factor instead).
+    """
+    max_norm = _checks.real("max_norm", max_norm)
+    if norm_type != math.inf:
+        norm_type = _checks.real("norm_type", norm_type, low=1.0)
+    grads = tuple(grads)
+    if not grads:
+        return grads, 0.0
+    xp = backend.namespace(*grads)
+    norms = xp.stack([xp.linalg.vector_norm(g, ord=norm_type) for g in grads])
+    total = xp.linalg.vector_norm(norms, ord=norm_type)
+    coef = max_norm / (total + 1e-6)
+    if not math.isfinite(float(total)) or float(coef) >= 1.0:
+        return grads, float(total)
+    return tuple(g * xp.astype(coef, g.dtype) for g in grads), float(total)
+
+
+def clip_grad_norm_(params, max_norm, norm_type=2.0):
+    """Clip ``p.grad`` of ``params`` (Tensors; those with ``grad`` None are skipped).
+
+    Sets ``p.grad`` to a new, scaled array (never writes into the old one) and returns the
+    total norm before clipping as a Python float.
+    """
+    params = [params] if isinstance(params, Tensor) else list(params)
+    params = [p for p in params if p.grad is not None]
+    clipped, total = clip_by_global_norm([p.grad for p in params], max_norm, norm_type)
+    for p, g in zip(params, clipped):
+        p.grad = g
+    return total

@@ -1,0 +1,165 @@
+"""PyTorch-style stateful optimizers around the pure ``init``/``update`` rules.
+
+>>> from minigrad.tensor import Parameter
+>>> w = Parameter([1.0])
+>>> opt = SGD([w], lr=0.25, momentum=0.5)
+>>> (w * 4.0).sum().backward()
+>>> opt.step()
+>>> w.data, opt.step_count
+(array([0.]), 1)
+"""
+
+from minigrad import backend
+from minigrad.optim import _checks, adam, adamw, sgd
+from minigrad.tensor import Tensor
+
+
+class Optimizer:
+    """Holds ``params``, ``lr``, the other ``hyperparams`` and one state record per parameter.
+
+    ``step()`` reads ``p.grad`` of every parameter, calls the pure ``rule.update`` and writes
+    ``p.data``. As in ``torch.optim`` the state is per parameter: a parameter whose ``grad``
+    is None is skipped and its state (its ``count`` too) is left as it was. Everything is
+    checked and computed before anything is written, so an error changes nothing.
+    ``lr`` may be set between updates (that is what a ``Scheduler`` does).
+    ``step_count`` is the number of completed ``step()`` calls.
+    """
+
+    def __init__(self, params, rule, lr, **hyperparams):
+        self.params = _parameter_list(params)
+        self._rule = rule
+        checked = rule.check_hyperparams(lr=lr, **hyperparams)
+        self.lr = checked.pop("lr")
+        self.hyperparams = checked
+        self.state = [rule.init([p.data]) for p in self.params]
+        self.step_count = 0
+
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        active = [i for i, p in enumerate(self.params) if p.grad is not None]
+        _checks.check_like([self.params[i].grad for i in active],
+                           [self.params[i].data for i in active], "params[{}].grad", active)
+        updates = [self._update(i) for i in active]
+        for i, ((data,), state) in zip(active, updates):
+            self.params[i].data = data
+            self.state[i] = state
+        self.step_count += 1
+
+    def _update(self, i):
+        p = self.params[i]
+        return self._rule.update([p.grad], self.state[i], [p.data], lr=self.lr,
+                                 **self.hyperparams)
+
+    def zero_grad(self):
+        """Forget every gradient: ``p.grad = None``."""
+        for p in self.params:
+            p.grad = None
+
+    def state_dict(self):
+        """A snapshot ``{"lr", "hyperparams", "step_count", "count": [...], "mu": [...], ...}``.
+
+        Each state field is a list with one entry per parameter (None where torch would have
+        no buffer yet). The arrays are shared, not copied: updates make new arrays and never
+        write into old ones, so the snapshot stays valid.
+        """
+        snapshot = {"lr": self.lr, "hyperparams": dict(self.hyperparams),
+                    "step_count": self.step_count}
+        for name in self._fresh()._fields:
+            values = [getattr(s, name) for s in self.state]
+            snapshot[name] = values if name == "count" else [_single(v) for v in values]
+        return snapshot
+
+    def load_state_dict(self, state_dict):
+        """Restore a ``state_dict()``; everything is checked first, so a mismatch changes nothing.
+
+        Arrays must have their parameter's shape; they are moved to its namespace and device
+        and cast to its dtype.
+        """
+        fresh = self._fresh()
+        missing = {"lr", "hyperparams", "step_count", *fresh._fields} - set(state_dict)
+        if missing:
+            raise ValueError(f"state_dict is missing {sorted(missing)}")
+        if set(state_dict["hyperparams"]) != set(self.hyperparams):
+            raise ValueError(f"state_dict has hyperparameters {sorted(state_dict['hyperparams'])}"
+                             f", this optimizer has {sorted(self.hyperparams)}")
+        checked = self._rule.check_hyperparams(lr=state_dict["lr"], **state_dict["hyperparams"])
+        step_count = _checks.integer("step_count", state_dict["step_count"])
+        fields = {name: self._loaded_field(state_dict, name, fresh) for name in fresh._fields}
+        self.lr = checked.pop("lr")
+        self.hyperparams = checked
+        self.step_count = step_count
+        self.state = [fresh._replace(**{name: values[i] for name, values in fields.items()})
+                      for i in range(len(self.params))]
+
+    def _fresh(self):
+        """An empty state record: its type, field names, and which fields start as None."""
+        return self._rule.init([])
+
+    def _loaded_field(self, state_dict, name, fresh):
+        """Field ``name`` of ``state_dict`` checked and in record form (per parameter)."""
+        values = list(state_dict[name])
+        if len(values) != len(self.params):
+            raise ValueError(f"state_dict[{name!r}] has {len(values)} entries "
+                             f"for {len(self.params)} parameters")
+        if name == "count":
+            return [_checks.integer(f"state_dict['count'][{i}]", c) for i, c in enumerate(values)]
+        if getattr(fresh, name) is not None and any(v is None for v in values):
+            raise ValueError(f"state_dict[{name!r}] needs an array for every parameter")
+        return [None if v is None else (_like(v, p.data, f"state_dict[{name!r}][{i}]"),)
+                for i, (v, p) in enumerate(zip(values, self.params))]
+
+
+class SGD(Optimizer):
+    """``torch.optim.SGD``; the formulas are in ``minigrad.optim.sgd``."""
+
+    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False,
+                 weight_decay=0.0):
+        super().__init__(params, sgd, lr, momentum=momentum, dampening=dampening,
+                         nesterov=nesterov, weight_decay=weight_decay)
+
+
+class Adam(Optimizer):
+    """``torch.optim.Adam``; the formulas are in ``minigrad.optim.adam``."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, adam, lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+class AdamW(Optimizer):
+    """``torch.optim.AdamW``; the formulas are in ``minigrad.optim.adamw``."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, adamw, lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def _like(value, param, name):
+    """``value`` moved to ``param``'s namespace and device, cast to its dtype (a copy), as
+    ``Module.load_state_dict`` does, so a checkpoint saved from NumPy loads anywhere."""
+    xp = backend.namespace(param)
+    value = backend.move(value, xp, device=backend.device(param))
+    if tuple(value.shape) != tuple(param.shape):
+        raise ValueError(f"{name} has shape {tuple(value.shape)}, "
+                         f"its parameter has shape {tuple(param.shape)}")
+    return xp.astype(value, param.dtype, copy=True)
+
+
+def _single(value):
+    """The one array of a one-parameter state field (None stays None)."""
+    return None if value is None else value[0]
+
+
+def _parameter_list(params):
+    if isinstance(params, Tensor):
+        raise TypeError("params must be an iterable of Tensors (e.g. model.parameters()), "
+                        "got a single Tensor; wrap it in a list")
+    params = list(params)
+    if not params:
+        raise ValueError("optimizer got an empty parameter list")
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"params[{i}] must be a Tensor, got {type(p).__name__}")
+        if not p.is_leaf:
+            raise ValueError(f"params[{i}] is not a leaf tensor: it was computed from others")
+    if len({id(p) for p in params}) != len(params):
+        raise ValueError("a parameter appears more than once in params; it would be updated twice")
+    return params

@@ -1,0 +1,125 @@
+"""Learning-rate schedules: ``schedule(t) -> lr`` for the update index t = 0, 1, 2, ...
+
+t counts optimizer updates, never micro-batches: with gradient accumulation over k
+micro-batches, t advances once per k micro-batches (once per ``optimizer.step()``).
+
+>>> s = linear_warmup(cosine(1.0, total_steps=4), warmup_steps=2, start_factor=0.5)
+>>> [s(t) for t in range(7)]
+[0.5, 0.75, 1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 0.0]
+"""
+
+import math
+
+from minigrad.optim import _checks
+
+
+def _index(t):
+    return _checks.integer("t", t)
+
+
+def constant(lr):
+    """lr_t = lr."""
+    lr = _checks.real("lr", lr)
+
+    def schedule(t):
+        _index(t)
+        return lr
+
+    return schedule
+
+
+def step_decay(lr, step_size, gamma=0.1):
+    """lr_t = lr * gamma^floor(t / step_size), as torch's ``StepLR``.
+
+    Computed by repeated multiplication, as ``StepLR.step()`` does, so values agree to the bit.
+    """
+    lr = _checks.real("lr", lr)
+    step_size = _checks.integer("step_size", step_size, low=1)
+    gamma = _checks.real("gamma", gamma)
+
+    def schedule(t):
+        value = lr
+        for _ in range(_index(t) // step_size):
+            value *= gamma
+        return value
+
+    return schedule
+
+
+def cosine(lr, total_steps, min_lr=0.0):
+    """lr_t = min_lr + (lr - min_lr) * (1 + cos(pi * t / T)) / 2 for t <= T = total_steps.
+
+    torch's ``CosineAnnealingLR`` in closed form; after T it stays at min_lr (torch's would
+    rise again: its cosine is periodic).
+    """
+    lr = _checks.real("lr", lr)
+    total_steps = _checks.integer("total_steps", total_steps, low=1)
+    min_lr = _checks.real("min_lr", min_lr)
+
+    def schedule(t):
+        t = min(_index(t), total_steps)
+        return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t / total_steps)) / 2
+
+    return schedule
+
+
+def linear_warmup(schedule, warmup_steps, start_factor=1.0 / 3):
+    """Linear warmup for W = warmup_steps updates, then ``schedule`` from its own t = 0:
+
+        lr_t = schedule(0) * (f + (1 - f) * t / W)     for t < W    (f = start_factor)
+        lr_t = schedule(t - W)                         for t >= W
+
+    The factor goes f, ..., 1 - (1 - f) / W over the warmup: torch's ``LinearLR`` with
+    ``total_iters=W`` (default f = 1/3 as there), then ``schedule``, chained as by
+    ``SequentialLR``.
+    """
+    if not callable(schedule):
+        raise TypeError(f"schedule must be a callable t -> lr, got {type(schedule).__name__}")
+    warmup_steps = _checks.integer("warmup_steps", warmup_steps)
+    start_factor = _checks.real("start_factor", start_factor)
+    if start_factor > 1:
+        raise ValueError(f"start_factor must satisfy 0 <= start_factor <= 1, got {start_factor}")
+
+    def warmed_up(t):
+        t = _index(t)
+        if t >= warmup_steps:
+            return schedule(t - warmup_steps)
+        return schedule(0) * (start_factor + (1 - start_factor) * t / warmup_steps)
+
+    return warmed_up
+
+
+class Scheduler:
+    """Sets ``optimizer.lr = schedule(t)``, t = the number of updates so far.
+
+    Call ``step()`` once per optimizer update, right after ``optimizer.step()``, never per
+    micro-batch: calling it again with no update in between raises ``RuntimeError``.
+    Construction sets ``optimizer.lr = schedule(0)``, the rate of the first update.
+    """
+
+    def __init__(self, optimizer, schedule):
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.t = 0
+        self._seen_updates = optimizer.step_count
+        optimizer.lr = schedule(0)
+
+    def step(self):
+        """Advance t by one and set the optimizer's ``lr`` for the next update."""
+        if self.optimizer.step_count == self._seen_updates:
+            raise RuntimeError("Scheduler.step() with no optimizer update since the last call: "
+                               "the schedule advances once per optimizer.step(), "
+                               "never per micro-batch")
+        self._seen_updates = self.optimizer.step_count
+        self.t += 1
+        self.optimizer.lr = self.schedule(self.t)
+
+    def state_dict(self):
+        return {"t": self.t}
+
+    def load_state_dict(self, state_dict):
+        """Resume at update index ``state_dict["t"]`` and set the optimizer's ``lr`` for it."""
+        t = _checks.integer("t", state_dict["t"])
+        self.optimizer.lr = self.schedule(t)
+        self.t = t
+        self._seen_updates = self.optimizer.step_count

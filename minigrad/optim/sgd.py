@@ -1,0 +1,79 @@
+"""SGD with momentum, dampening, Nesterov and L2 weight decay, as ``torch.optim.SGD``.
+
+For each parameter p with gradient g, at update t = 1, 2, ... (lr = gamma,
+weight_decay = lambda, momentum = mu, dampening = tau):
+
+    g_t <- g_t + lambda * p_{t-1}                       (only if lambda != 0)
+    b_t  = g_t                                          if t = 1 (torch copies g, no 1 - tau)
+    b_t  = mu * b_{t-1} + (1 - tau) * g_t               otherwise
+    g_t <- g_t + mu * b_t   if nesterov,   g_t <- b_t   otherwise     (only if mu != 0)
+    p_t  = p_{t-1} - gamma * g_t
+
+``init`` and ``update`` are pure: they work on sequences of arrays and return new arrays.
+
+>>> import numpy as np
+>>> params, grads = [np.array([1.0])], [np.array([4.0])]
+>>> state = init(params)
+>>> params, state = update(grads, state, params, lr=0.25, momentum=0.5)
+>>> params[0], state.mu[0]
+(array([0.]), array([4.]))
+"""
+
+from typing import NamedTuple
+
+from minigrad import backend
+from minigrad.optim import _checks
+
+
+class SGDState(NamedTuple):
+    """``count``: updates done; ``mu``: momentum buffers b, or None before the first one."""
+
+    count: int
+    mu: tuple | None
+
+
+def init(params):
+    """The state before the first update: no momentum buffers yet (torch makes them lazily)."""
+    return SGDState(count=0, mu=None)
+
+
+def check_hyperparams(*, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
+    """The hyperparameters as Python floats; ``ValueError`` naming any that is out of range."""
+    if not isinstance(nesterov, bool):
+        raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
+    checked = {
+        "lr": _checks.real("lr", lr),
+        "momentum": _checks.real("momentum", momentum),
+        "dampening": _checks.real("dampening", dampening),
+        "nesterov": nesterov,
+        "weight_decay": _checks.real("weight_decay", weight_decay),
+    }
+    if nesterov and (checked["momentum"] == 0 or checked["dampening"] != 0):
+        raise ValueError("nesterov=True requires momentum > 0 and dampening = 0, got "
+                         f"momentum={checked['momentum']}, dampening={checked['dampening']}")
+    return checked
+
+
+def update(grads, state, params, *, lr, momentum=0.0, dampening=0.0, nesterov=False,
+           weight_decay=0.0):
+    """One SGD update: ``(new_params, new_state)``; the inputs are left unchanged."""
+    h = check_hyperparams(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                          weight_decay=weight_decay)
+    _checks.check_like(grads, params, "grads[{}]")
+    if state.mu is not None:
+        _checks.check_like(state.mu, params, "state.mu[{}]")
+    new_params, new_mu = [], []
+    for i, (g, p) in enumerate(zip(grads, params)):
+        if h["weight_decay"] != 0:
+            g = g + h["weight_decay"] * p
+        if h["momentum"] != 0:
+            if state.mu is None:
+                # a copy, so that the state never aliases the caller's gradient array
+                b = backend.namespace(g).asarray(g, copy=True)
+            else:
+                b = h["momentum"] * state.mu[i] + (1.0 - h["dampening"]) * g
+            new_mu.append(b)
+            g = g + h["momentum"] * b if nesterov else b
+        new_params.append(p - h["lr"] * g)
+    mu = tuple(new_mu) if h["momentum"] != 0 else state.mu
+    return tuple(new_params), SGDState(count=state.count + 1, mu=mu)
