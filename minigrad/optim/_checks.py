@@ -6,23 +6,25 @@ Every error names the argument and says what is allowed, e.g.
 
 import math
 import numbers
+from fractions import Fraction
 
 from minigrad import backend
 
 
 def real(name, value, *, low=0.0, below=None):
-    """``value`` as a Python float, checked to be finite, ``>= low`` and (if given) ``< below``.
+    """``value`` as a Python float (a ``Fraction`` kept as is), checked to be finite, ``>= low`` and (if given) ``< below``.
 
     Hyperparameters enter array expressions as Python floats: array-api-strict refuses
     NumPy scalars, and a Python float takes the array's dtype (no float32 -> float64 promotion).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    number = float(value)
     allowed = f"{low:g} <= {name} < {below:g}" if below is not None else f"{name} >= {low:g}"
-    if not math.isfinite(value) or value < low or (below is not None and value >= below):
+    if not math.isfinite(number) or number < low or (below is not None and number >= below):
         raise ValueError(f"{name} must be a finite number with {allowed}, got {value!r}")
-    return value
+    # A Fraction stays a Fraction: exact mode (minigrad.exact) updates object arrays.
+    return value if isinstance(value, Fraction) else number
 
 
 def integer(name, value, *, low=0):

@@ -71,7 +71,7 @@ def update(grads, state, params, *, lr, momentum=0.0, dampening=0.0, nesterov=Fa
                 # a copy, so that the state never aliases the caller's gradient array
                 b = backend.namespace(g).asarray(g, copy=True)
             else:
-                b = h["momentum"] * state.mu[i] + (1.0 - h["dampening"]) * g
+                b = h["momentum"] * state.mu[i] + (1 - h["dampening"]) * g
             new_mu.append(b)
             g = g + h["momentum"] * b if nesterov else b
         new_params.append(p - h["lr"] * g)
