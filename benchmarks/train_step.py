@@ -113,6 +113,8 @@ def environment():
         "python": sys.version.split()[0],
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        # Other processes on the cores slow a spin-waiting BLAS pool far more than their share.
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "threadpools": pools,
     }
@@ -128,6 +130,7 @@ def main(argv=None):
     if args.batch < 1 or args.repeats < 1 or args.warmup < 0:
         parser.error("--batch and --repeats must be >= 1, --warmup >= 0")
 
+    env = environment()
     generator = np.random.default_rng(0)
     x = generator.standard_normal((args.batch, SIZES[0])).astype(np.float32)
     y = generator.integers(0, SIZES[-1], size=args.batch)
@@ -139,11 +142,11 @@ def main(argv=None):
                         "numpy": lambda: numpy_step(weights, x, y)},
                        args.repeats, args.warmup)
 
-    env = environment()
     print(f"one float32 training step, MLP {'-'.join(map(str, SIZES))}, batch {args.batch}, "
           f"best / median of {args.repeats} (after {args.warmup} warm-up)")
     print(f"numpy {env['numpy']}, python {env['python']}, {env['machine']}, "
-          f"{env['cpu_count']} CPUs, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}")
+          f"{env['cpu_count']} CPUs (load average {env['load_average_1min']:.2f} before the run), "
+          f"OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}")
     for pool in env["threadpools"]:
         print(f"{pool['user_api']}: {pool['internal_api']} {pool.get('version')}, "
               f"kernel {pool.get('architecture')}, {pool['num_threads']} threads "

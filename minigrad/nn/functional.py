@@ -69,8 +69,10 @@ def _reduce(loss, reduction, count):
     if reduction == "sum":
         return total
     if count == 0:
-        # PyTorch returns NaN for a mean over zero items (all targets ignored): 0 / 0.
-        return total * float("nan")
+        # PyTorch: a mean over zero items (all targets ignored) is NaN, 0 / 0, but its
+        # gradient is 0, since no item contributes (torch's nll_loss backward writes only
+        # non-ignored targets). total * 0.0 carries that zero gradient; NaN is a constant.
+        return total * 0.0 + float("nan")
     return total / count
 
 
@@ -84,7 +86,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
 
     logits: (N, C) floats; target: (N,) integer class indices in [0, C) or ``ignore_index``.
     Ignored samples contribute 0 (and 0 gradient). A ``"mean"`` over a batch whose targets
-    are all ignored is NaN, as in PyTorch.
+    are all ignored is NaN, with a zero gradient, as in PyTorch.
     """
     _check_reduction(reduction)
     logits = _tensor(logits)

@@ -35,6 +35,8 @@ class MLP(Sequential):
                              f"got {activation!r}")
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"dropout must be in [0, 1], got {dropout!r}")
         generator = backend.rng(seed)
         dropout_seed = int(generator.integers(2**62))
         make = dict(dtype=dtype, xp=xp, device=device)

@@ -28,8 +28,8 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError("call super().__init__() before assigning attributes of a Module")
         if isinstance(value, (Parameter, Module)):
-            self._forget(name)
             table = self._parameters if isinstance(value, Parameter) else self._modules
+            self._forget(name, keep=table)  # a replaced entry keeps its place, as in torch
             table[name] = value
         elif name in self._parameters:
             if value is not None:
@@ -42,9 +42,10 @@ class Module:
             self._forget(name)
             object.__setattr__(self, name, value)
 
-    def _forget(self, name):
+    def _forget(self, name, keep=None):
         for table in (self._parameters, self._buffers, self._modules, self.__dict__):
-            table.pop(name, None)
+            if table is not keep:
+                table.pop(name, None)
 
     def __getattr__(self, name):
         for table in ("_parameters", "_buffers", "_modules"):

@@ -65,9 +65,9 @@ class BatchNorm1d(Module):
         use_batch = self.training or not self.track_running_stats
         if use_batch:
             count = x.size // self.num_features
-            if self.training and count < 2:
-                raise ValueError("BatchNorm1d in training mode needs more than 1 value per "
-                                 f"channel, got input of shape {x.shape}")
+            if count < 2:  # as torch, also in eval mode without running statistics
+                raise ValueError("BatchNorm1d with batch statistics needs more than 1 value "
+                                 f"per channel, got input of shape {x.shape}")
             x_hat, mean, var = normalize(x, axes, self.eps)
             if self.training and self.track_running_stats:
                 self._update_running(mean.data, var.data, count)

@@ -12,7 +12,8 @@ from minigrad import backend
 
 
 def real(name, value, *, low=0.0, below=None):
-    """``value`` as a Python float (a ``Fraction`` kept as is), checked to be finite, ``>= low`` and (if given) ``< below``.
+    """``value`` as a Python float (a ``Fraction`` kept as is), checked to be finite,
+    ``>= low`` and (if given) ``< below``.
 
     Hyperparameters enter array expressions as Python floats: array-api-strict refuses
     NumPy scalars, and a Python float takes the array's dtype (no float32 -> float64 promotion).
