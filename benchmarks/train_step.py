@@ -144,9 +144,10 @@ def main(argv=None):
 
     print(f"one float32 training step, MLP {'-'.join(map(str, SIZES))}, batch {args.batch}, "
           f"best / median of {args.repeats} (after {args.warmup} warm-up)")
+    load = env["load_average_1min"]
     print(f"numpy {env['numpy']}, python {env['python']}, {env['machine']}, "
-          f"{env['cpu_count']} CPUs (load average {env['load_average_1min']:.2f} before the run), "
-          f"OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}")
+          f"{env['cpu_count']} CPUs (load average {'?' if load is None else f'{load:.2f}'} "
+          f"before the run), OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}")
     for pool in env["threadpools"]:
         print(f"{pool['user_api']}: {pool['internal_api']} {pool.get('version')}, "
               f"kernel {pool.get('architecture')}, {pool['num_threads']} threads "
