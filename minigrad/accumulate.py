@@ -93,6 +93,8 @@ def as_loss(loss_fn):
 
 def _all_finite(arrays):
     for a in arrays:
+        if backend.is_exact(a):
+            continue  # Fractions are always finite
         xp = backend.namespace(a)
         if not bool(xp.all(xp.isfinite(a))):
             return False
@@ -126,7 +128,7 @@ class Accumulator:
         self.pending_items = 0
         self.pending_micro_batches = 0
         self.pending_samples = 0
-        self.pending_loss_sum = 0.0
+        self.pending_loss_sum = 0  # an int, so exact (Fraction) losses stay exact
         self.skipped_updates = 0
         self.step_index = 0  # the dropout key's step when there is no optimizer
 
@@ -213,7 +215,7 @@ class Accumulator:
         for p in self.params:
             p.grad = None
         self.pending_items = self.pending_micro_batches = self.pending_samples = 0
-        self.pending_loss_sum = 0.0
+        self.pending_loss_sum = 0
 
     def _refuse(self, reason):
         if self.on_nonfinite == "raise":

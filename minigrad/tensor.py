@@ -207,14 +207,19 @@ class Tensor:
         return self._make(out, (self,), backward)
 
     def relu(self):
-        xp = self.xp
-        positive = self.data > 0  # relu'(0) = 0, as in PyTorch
+        """max(x, 0); relu'(0) = 0 as in PyTorch.
+
+        The backward multiplies by a 0/1 mask instead of calling ``where``: NumPy's
+        ``where`` is ~10x slower than a multiply (see benchmarks/). The one difference from
+        torch: an inf or NaN upstream gradient at an inactive unit gives NaN here, 0 there.
+        """
+        xp, x = self.xp, self.data
+        mask = xp.astype(x > 0, x.dtype)
 
         def backward(g):
-            return (xp.where(positive, g, xp.zeros_like(g)),)
+            return (g * mask,)
 
-        return self._make(xp.where(positive, self.data, xp.zeros_like(self.data)), (self,),
-                          backward)
+        return self._make(xp.maximum(x, xp.zeros_like(x)), (self,), backward)
 
     # ----- reductions and shape ------------------------------------------------------------
     def sum(self, axis=None, keepdims=False):

@@ -1,0 +1,110 @@
+"""Exact arithmetic: accumulated == full batch, with no tolerance at all.
+
+Fractions make every operation exact, so the only possible difference between the two
+computations is the one in the mathematics. Linear + ReLU + MSE + SGD is piecewise
+rational, so the contract of DESIGN.md is an equality here, for EVERY split.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minigrad import nn, optim
+from minigrad.accumulate import step
+from minigrad.exact import fractions, gradients_equal, to_exact, trajectories_equal
+
+
+@st.composite
+def problems(draw):
+    """A small ReLU MLP, data, and an arbitrary partition of the batch into micro-batches."""
+    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    widths = [draw(st.integers(1, 3))] + sizes + [draw(st.integers(1, 2))]
+    n = draw(st.integers(1, 8))
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
+    split = [b - a for a, b in zip([0] + cuts, cuts + [n])]
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, widths[0]))
+    y = rng.normal(size=(n, widths[-1]))
+    return (lambda: nn.MLP(widths, seed=seed)), x, y, split
+
+
+@given(problems())
+def test_accumulated_gradient_equals_full_batch_for_every_split(problem):
+    factory, x, y, split = problem
+    equal, acc, full = gradients_equal(factory, x, y, split)
+    assert equal
+    assert all(isinstance(v, (Fraction, int)) for g in acc.values() for v in g.ravel())
+
+
+@given(problems(), st.sampled_from([(0, 0, False, 0), (Fraction(9, 10), 0, False, 0),
+                                    (Fraction(1, 2), Fraction(1, 4), False, Fraction(1, 100)),
+                                    (Fraction(9, 10), 0, True, Fraction(1, 10))]))
+def test_sgd_trajectories_are_equal_at_every_step(problem, hyper):
+    factory, x, y, split = problem
+    momentum, dampening, nesterov, weight_decay = hyper
+    equal, acc, full = trajectories_equal(factory, [(x, y)] * 3, split, lr=Fraction(1, 10),
+                                          momentum=momentum, dampening=dampening,
+                                          nesterov=nesterov, weight_decay=weight_decay)
+    assert equal
+    assert acc.keys() == full.keys()
+
+
+def test_hand_computed_one_weight_model():
+    # y_hat = w x with w = 1, data x = (1, 2, 3), targets 0: per-item MSE gradient 2 w x^2 =
+    # 2, 8, 18; the mean is 28/3. Split [1, 2]: (2 + (8 + 18)) / 3 = 28/3 as well.
+    def factory():
+        model = nn.Linear(1, 1, bias=False)
+        model.weight.data = np.array([[1.0]])
+        return model
+
+    x = np.array([[1.0], [2.0], [3.0]])
+    y = np.zeros((3, 1))
+    equal, acc, full = gradients_equal(factory, x, y, [1, 2])
+    assert equal
+    assert full["weight"][0, 0] == Fraction(28, 3)
+
+
+def test_textbook_normalisation_is_exactly_wrong_for_uneven_splits():
+    # Same model and data: the textbook loop gives (2/1 + (8 + 18)/2) / 2 = 15/2, not 28/3.
+    def factory():
+        model = nn.Linear(1, 1, bias=False)
+        model.weight.data = np.array([[1.0]])
+        return model
+
+    x = np.array([[1.0], [2.0], [3.0]])
+    y = np.zeros((3, 1))
+    equal, acc, full = gradients_equal(factory, x, y, [1, 2], normalize="micro_batches")
+    assert not equal
+    assert acc["weight"][0, 0] == Fraction(15, 2)
+    assert full["weight"][0, 0] == Fraction(28, 3)
+
+
+@given(problems())
+def test_textbook_normalisation_is_exact_for_even_splits(problem):
+    factory, x, y, _ = problem
+    n = x.shape[0]
+    k = next(d for d in (4, 3, 2, 1) if n % d == 0)
+    equal, _, _ = gradients_equal(factory, x, y, [n // k] * k, normalize="micro_batches")
+    assert equal
+
+
+def test_exact_step_keeps_fractions_and_counts_one_update():
+    model = to_exact(nn.MLP([2, 3, 1], seed=1))
+    opt = optim.SGD(model.parameters(), lr=Fraction(1, 8), momentum=Fraction(1, 2))
+    x, y = fractions(np.ones((5, 2))), fractions(np.zeros((5, 1)))
+    loss = step(model, nn.MSELoss(), opt, x, y, sizes=[2, 3])
+    assert isinstance(loss, Fraction)
+    assert opt.step_count == 1
+    # Rational all the way: Fractions (or exact ints such as a ReLU's 0), never a float.
+    assert all(isinstance(v, (Fraction, int)) for p in model.parameters() for v in p.data.ravel())
+
+
+@pytest.mark.parametrize("layer", [nn.Tanh(), nn.LayerNorm(3), nn.Dropout(0.5)])
+def test_non_piecewise_linear_layers_are_refused(layer):
+    model = nn.Sequential(nn.Linear(2, 3), layer)
+    with pytest.raises(TypeError, match="Linear and ReLU"):
+        to_exact(model)
