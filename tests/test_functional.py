@@ -1,0 +1,322 @@
+"""Composites (activations, softmax, losses, dropout): gradients against finite differences
+and HIPS autograd on every namespace; exact tiny cases; stability at +-1e4; bad input;
+dropout masks (rate, scale, split-invariance)."""
+
+import math
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from gradcheck import OpSpec, check_op
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minigrad import backend
+from minigrad.nn import Dropout, dropout_keys
+from minigrad.nn import functional as F
+from minigrad.tensor import Tensor
+
+GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _other(xp):
+    """The namespace of the fixture that is not ``xp``."""
+    name = "array_api_strict" if xp is backend.get_namespace("numpy") else "numpy"
+    return backend.get_namespace(name)
+
+
+def _np(a):
+    return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
+
+
+def _tensor(xp, values, requires_grad=True, dtype="float64"):
+    return Tensor(xp.asarray(values, dtype=getattr(xp, dtype)), requires_grad=requires_grad)
+
+
+# ----- autograd references, written from the formulas (not from minigrad's code) -------------
+def _log_softmax_ref(x, axis):
+    return x - anp.log(anp.sum(anp.exp(x), axis=axis, keepdims=True))
+
+
+def _cross_entropy_ref(logits, target, reduction, ignore_index):
+    kept = target != ignore_index
+    safe = np.where(kept, target, 0)
+    loss = -_log_softmax_ref(logits, 1)[np.arange(len(target)), safe] * kept
+    if reduction == "none":
+        return loss
+    return anp.sum(loss) if reduction == "sum" else anp.sum(loss) / np.sum(kept)
+
+
+def _mse_ref(x, y, reduction):
+    loss = (x - y) ** 2
+    return {"none": loss, "sum": anp.sum(loss), "mean": anp.mean(loss)}[reduction]
+
+
+def _dropout_mask(p, shape, seed, step):
+    """The mask*scale that minigrad's forward applies, read off a forward on ones."""
+    return F.dropout(Tensor(np.ones(shape)), p, True, seed=seed, step=step).numpy()
+
+
+TARGETS = np.array([2, -100, 0, 3, 1, -100, 3])  # 7 samples, 4 classes, 2 ignored
+TARGETS_IGNORE_1 = np.array([1, 0, 3, 1, 2])  # ignore_index=1: a valid class, still ignored
+
+SPECS = [
+    OpSpec("relu", F.relu, lambda x: anp.maximum(x, 0.0), [(3, 4)], "nonzero"),
+    OpSpec("tanh", F.tanh, anp.tanh, [(3, 4)]),
+    OpSpec("sigmoid", F.sigmoid, lambda x: 1.0 / (1.0 + anp.exp(-x)), [(3, 4)]),
+    OpSpec("gelu", F.gelu,
+           lambda x: 0.5 * x * (1.0 + anp.tanh(GELU_C * (x + 0.044715 * x**3))), [(3, 4)]),
+    OpSpec("dropout_eval", lambda x: F.dropout(x, 0.4, training=False), lambda x: x, [(3, 4)]),
+    OpSpec("dropout_train_p=0.3", lambda x: F.dropout(x, 0.3, True, seed=7, step=2),
+           lambda x: x * _dropout_mask(0.3, (6, 5), 7, 2), [(6, 5)]),
+    OpSpec("dropout_train_3d", lambda x: F.dropout(x, 0.5, True, seed=1, step=0),
+           lambda x: x * _dropout_mask(0.5, (3, 2, 4), 1, 0), [(3, 2, 4)]),
+]
+for _axis in (0, -1):
+    SPECS += [
+        OpSpec(f"softmax_axis={_axis}", lambda x, a=_axis: F.softmax(x, axis=a),
+               lambda x, a=_axis: anp.exp(x) / anp.sum(anp.exp(x), axis=a, keepdims=True),
+               [(3, 5)]),
+        OpSpec(f"log_softmax_axis={_axis}", lambda x, a=_axis: F.log_softmax(x, axis=a),
+               lambda x, a=_axis: _log_softmax_ref(x, a), [(3, 5)]),
+        OpSpec(f"log_softmax_3d_axis={_axis}", lambda x, a=_axis: F.log_softmax(x, axis=a),
+               lambda x, a=_axis: _log_softmax_ref(x, a), [(2, 3, 4)]),
+    ]
+for _red in F.REDUCTIONS:
+    SPECS += [
+        OpSpec(f"cross_entropy_{_red}",
+               lambda x, t, r=_red: F.cross_entropy(x, t, reduction=r),
+               lambda x, t, r=_red: _cross_entropy_ref(x, t, r, -100),
+               [(7, 4)], extra=(TARGETS,)),
+        OpSpec(f"cross_entropy_{_red}_ignore_index=1",
+               lambda x, t, r=_red: F.cross_entropy(x, t, reduction=r, ignore_index=1),
+               lambda x, t, r=_red: _cross_entropy_ref(x, t, r, 1),
+               [(5, 4)], extra=(TARGETS_IGNORE_1,)),
+        OpSpec(f"mse_loss_{_red}", lambda x, y, r=_red: F.mse_loss(x, y, reduction=r),
+               lambda x, y, r=_red: _mse_ref(x, y, r), [(4, 3), (4, 3)]),
+    ]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_gradients(xp, spec):
+    check_op(spec, xp)
+
+
+def test_dropout_gradient_is_mask_times_scale(xp):
+    x = _tensor(xp, np.linspace(-1.0, 1.0, 40).reshape(8, 5))
+    out = F.dropout(x, 0.25, True, seed=3, step=5)
+    out.sum().backward()
+    kept = _np(out) != 0.0  # no x is 0, so an output is 0 exactly where it was dropped
+    assert np.array_equal(_np(x.grad), np.where(kept, 1.0 / 0.75, 0.0))
+
+
+# ----- exact tiny cases ----------------------------------------------------------------------
+def test_cross_entropy_of_two_equal_logits_is_log_2(xp):
+    logits = _tensor(xp, [[0.0, 0.0]])
+    loss = F.cross_entropy(logits, xp.asarray([0]))
+    assert loss.item() == math.log(2.0)
+    loss.backward()
+    assert np.array_equal(_np(logits.grad), [[-0.5, 0.5]])  # softmax - onehot
+
+
+# Rows whose losses are exact: -log_softmax([1e4, -1e4, 0]) = [0, 2e4, 1e4].
+BIG = [[1e4, -1e4, 0.0]] * 4
+
+
+def test_cross_entropy_mean_divides_by_the_non_ignored_count(xp):
+    logits = _tensor(xp, BIG)
+    target = xp.asarray([0, 1, 2, -100])
+    assert np.array_equal(_np(F.cross_entropy(logits, target, reduction="none")),
+                          [0.0, 2e4, 1e4, 0.0])
+    assert F.cross_entropy(logits, target, reduction="sum").item() == 3e4
+    loss = F.cross_entropy(logits, target)
+    assert loss.item() == 1e4  # 3e4 / 3 kept targets, not / 4 samples
+    loss.backward()
+    third = 1.0 / 3.0  # softmax = [1, 0, 0]; (softmax - onehot) / 3 per kept row
+    assert np.array_equal(_np(logits.grad), [[0.0, 0.0, 0.0], [third, -third, 0.0],
+                                             [third, 0.0, -third], [0.0, 0.0, 0.0]])
+
+
+def test_cross_entropy_all_ignored(xp):
+    target = xp.asarray([-100, -100])
+    logits = _tensor(xp, [[0.5, -1.0, 2.0], [1.0, 0.0, 3.0]])
+    mean = F.cross_entropy(logits, target)
+    assert math.isnan(mean.item())  # torch: a mean over zero items is 0 / 0
+    mean.backward()
+    # torch's nll_loss backward writes only non-ignored targets: the gradient is 0, not NaN
+    assert np.array_equal(_np(logits.grad), np.zeros((2, 3)))
+    logits.grad = None
+    total = F.cross_entropy(logits, target, reduction="sum")
+    assert total.item() == 0.0
+    total.backward()
+    assert np.array_equal(_np(logits.grad), np.zeros((2, 3)))
+    none = F.cross_entropy(logits, target, reduction="none")
+    assert np.array_equal(_np(none), [0.0, 0.0])
+
+
+def test_cross_entropy_reduction_none_is_zero_at_ignored_positions(xp):
+    logits = _tensor(xp, [[0.5, -1.0], [1.0, 0.0], [3.0, 2.0]])
+    loss = F.cross_entropy(logits, xp.asarray([1, 7, 0]), reduction="none", ignore_index=7)
+    values = _np(loss)
+    assert values[1] == 0.0
+    assert values[0] == pytest.approx(math.log(1.0 + math.exp(1.5)), rel=1e-15)
+    assert values[2] == pytest.approx(math.log(1.0 + math.exp(-1.0)), rel=1e-15)
+
+
+def test_mse_loss_exact(xp):
+    x = _tensor(xp, [[1.0, 2.0], [3.0, 4.0]])
+    y = _tensor(xp, [[0.0, 2.0], [5.0, 1.0]], requires_grad=False)
+    assert np.array_equal(_np(F.mse_loss(x, y, reduction="none")), [[1.0, 0.0], [4.0, 9.0]])
+    assert F.mse_loss(x, y, reduction="sum").item() == 14.0
+    loss = F.mse_loss(x, y)
+    assert loss.item() == 3.5
+    loss.backward()
+    assert np.array_equal(_np(x.grad), [[0.5, 0.0], [-1.0, 1.5]])  # 2 (x - y) / 4
+
+
+def test_activations_exact(xp):
+    x = _tensor(xp, [-2.0, 0.0, 3.0])
+    assert np.array_equal(_np(F.relu(x)), [0.0, 0.0, 3.0])
+    assert np.array_equal(_np(F.sigmoid(_tensor(xp, [0.0, 1e4, -1e4]))), [0.5, 1.0, 0.0])
+    assert np.array_equal(_np(F.gelu(_tensor(xp, [0.0, 1e4, -1e4]))), [0.0, 1e4, 0.0])
+    probs = _np(F.softmax(_tensor(xp, [[1.0, 1.0, 1.0, 1.0]])))
+    assert np.array_equal(probs, [[0.25, 0.25, 0.25, 0.25]])
+
+
+# ----- stability at +-1e4 --------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_log_softmax_and_cross_entropy_are_stable_at_1e4(xp, dtype):
+    logits = _tensor(xp, [[1e4, -1e4, 0.0]], dtype=dtype)
+    out = F.log_softmax(logits)
+    assert np.array_equal(_np(out), [[0.0, -2e4, -1e4]])
+    out.sum().backward()
+    assert np.all(np.isfinite(_np(logits.grad)))
+    assert np.array_equal(_np(logits.grad), [[-2.0, 1.0, 1.0]])  # 1 - 3 softmax
+    for label, value, grad in [(0, 0.0, [0.0, 0.0, 0.0]), (1, 2e4, [1.0, -1.0, 0.0])]:
+        logits.grad = None
+        loss = F.cross_entropy(logits, xp.asarray([label]))
+        assert loss.item() == value
+        assert loss.dtype == getattr(xp, dtype)
+        loss.backward()
+        assert np.array_equal(_np(logits.grad), [grad])
+
+
+# ----- bad input: errors name the argument ----------------------------------------------------
+def test_cross_entropy_bad_input(xp):
+    logits = _tensor(xp, [[0.0, 1.0, 2.0], [1.0, 0.0, 0.0]])
+    with pytest.raises(TypeError, match="target.*integer.*float64"):
+        F.cross_entropy(logits, xp.asarray([0.0, 1.0]))
+    for labels in ([0, 3], [-1, 0]):
+        with pytest.raises(ValueError, match=r"target labels.*\[0, 3\).*ignore_index=-100"):
+            F.cross_entropy(logits, xp.asarray(labels))
+    with pytest.raises(ValueError, match=r"target has shape \(3,\), expected \(2,\)"):
+        F.cross_entropy(logits, xp.asarray([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"target has shape \(2, 1\)"):
+        F.cross_entropy(logits, xp.asarray([[0], [1]]))
+    with pytest.raises(ValueError, match=r"logits must have shape \(N, C\), got \(3,\)"):
+        F.cross_entropy(_tensor(xp, [0.0, 1.0, 2.0]), xp.asarray([0]))
+    with pytest.raises(ValueError, match="reduction.*'avg'"):
+        F.cross_entropy(logits, xp.asarray([0, 1]), reduction="avg")
+
+
+def test_mse_loss_bad_input(xp):
+    x = _tensor(xp, [[1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match=r"input shape \(1, 3\) and target shape \(3, 1\)"):
+        F.mse_loss(x, _tensor(xp, [[1.0], [2.0], [3.0]]))
+    with pytest.raises(ValueError, match="reduction.*'mena'"):
+        F.mse_loss(x, x, reduction="mena")
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_dropout_p_outside_unit_interval_raises(xp, p):
+    x = _tensor(xp, [[1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"probability p must be in \[0, 1\]"):
+        F.dropout(x, p)
+    with pytest.raises(ValueError, match=r"probability p must be in \[0, 1\]"):
+        Dropout(p)
+
+
+def test_mixing_namespaces_raises_type_error(xp):
+    other = _other(xp)
+    logits = _tensor(xp, [[0.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(TypeError, match="cannot mix"):
+        F.cross_entropy(logits, other.asarray([0, 1]))
+    with pytest.raises(TypeError, match="cannot mix"):
+        F.mse_loss(logits, _tensor(other, [[0.0, 1.0], [1.0, 0.0]]))
+
+
+# ----- dropout masks ---------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_keep_rate_and_exact_scale(xp, p):
+    # n elements kept independently with probability 1 - p: kept ~ Binomial(n, 1 - p), so
+    # |kept - n (1 - p)| <= 5 sqrt(n p (1 - p)) fails with probability < 6e-7 for a uniform
+    # generator. The seed is fixed, so the test is deterministic; the bound says it is not luck.
+    n_rows, width = 400, 25
+    n = n_rows * width
+    out = _np(F.dropout(_tensor(xp, np.ones((n_rows, width))), p, True, seed=11, step=4))
+    kept = int(np.sum(out != 0.0))
+    assert abs(kept - n * (1 - p)) <= 5 * math.sqrt(n * p * (1 - p))
+    assert np.all(out[out != 0.0] == 1.0 / (1.0 - p))  # survivors scaled by exactly 1/(1-p)
+
+
+def test_dropout_p_0_is_identity_and_p_1_gives_zeros(xp):
+    values = [[1.5, -2.0, 3.0], [0.25, 4.0, -1.0]]
+    x = _tensor(xp, values)
+    same = F.dropout(x, 0.0, True, seed=0, step=0)
+    assert np.array_equal(_np(same), values)
+    zeros = F.dropout(x, 1.0, True, seed=0, step=0)
+    assert np.array_equal(_np(zeros), np.zeros((2, 3)))
+    zeros.sum().backward()
+    assert np.array_equal(_np(x.grad), np.zeros((2, 3)))
+    assert F.dropout(x, 0.5, training=False) is x  # eval mode: the input itself, like torch
+
+
+def _mask(xp, n, width, p=0.5, seed=5, step=3, sample_index=None):
+    ones = _tensor(xp, np.ones((n, width)), requires_grad=False)
+    return _np(F.dropout(ones, p, True, seed=seed, step=step, sample_index=sample_index))
+
+
+def test_dropout_masks_are_split_invariant(xp):
+    whole = _mask(xp, 10, 6)
+    for bounds in ([0, 3, 7, 10], [0, 1, 2, 10], [0, 5, 10]):
+        parts = [_mask(xp, b - a, 6, sample_index=xp.arange(a, b))
+                 for a, b in zip(bounds[:-1], bounds[1:])]
+        assert np.array_equal(np.concatenate(parts), whole)
+    # the same numbers in every namespace: the generator is pure uint64 array-API arithmetic
+    assert np.array_equal(_mask(_other(xp), 10, 6), whole)
+    # a permuted batch gets the permuted masks when each sample keeps its index
+    order = np.array([4, 0, 9, 2])
+    assert np.array_equal(_mask(xp, 4, 6, sample_index=xp.asarray(order)), whole[order])
+
+
+@given(n=st.integers(1, 12), width=st.integers(1, 5), data=st.data())
+def test_dropout_masks_are_split_invariant_for_any_partition(xp, n, width, data):
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=n - 1)) if n > 1 else [])
+    bounds = [0, *cuts, n]
+    whole = _mask(xp, n, width, p=0.3, seed=2, step=9)
+    parts = [_mask(xp, b - a, width, p=0.3, seed=2, step=9, sample_index=xp.arange(a, b))
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    assert np.array_equal(np.concatenate(parts), whole)
+
+
+def test_dropout_masks_differ_across_steps_seeds_and_samples(xp):
+    base = _mask(xp, 8, 16)
+    assert not np.array_equal(_mask(xp, 8, 16, step=4), base)
+    assert not np.array_equal(_mask(xp, 8, 16, seed=6), base)
+    # rows differ from each other (not one mask broadcast over the batch)
+    assert len({row.tobytes() for row in base}) == 8
+
+
+def test_dropout_module(xp):
+    x = _tensor(xp, np.ones((6, 8)), requires_grad=False)
+    layer = Dropout(0.5, seed=9)
+    first, second = _np(layer(x)), _np(layer(x))
+    assert layer.calls == 2
+    assert not np.array_equal(first, second)  # step = the layer's own call count
+    assert np.array_equal(first, _mask(xp, 6, 8, seed=9, step=0))
+    with dropout_keys(7, xp.arange(10, 16)):
+        keyed = _np(layer(x))
+    assert layer.calls == 2  # keyed calls do not advance the count
+    assert np.array_equal(keyed, _mask(xp, 16, 8, seed=9, step=7)[10:])
+    layer.eval()
+    assert np.array_equal(_np(layer(x)), np.ones((6, 8)))
