@@ -150,6 +150,10 @@ class Accumulator:
             self._restore(saved)
             raise
         if loss_sum is None:
+            # Skipped: the window is dropped, and this micro-batch's forward must not leave
+            # NaN in the running statistics either.
+            self._restore(saved)
+            self.discard()
             return None
         if self.every is not None and self.pending_micro_batches == self.every:
             self.update()
@@ -171,8 +175,9 @@ class Accumulator:
             return self._refuse(f"loss of a micro-batch is {value}")
         objective = loss_sum
         if self.normalize == "micro_batches":
-            # The textbook loop: this micro-batch's mean; NaN when all its targets are ignored.
-            objective = loss_sum / items if items else loss_sum * float("nan")
+            # The textbook loop: this micro-batch's mean. When all its targets are ignored,
+            # torch's mean is NaN with a zero gradient: the micro-batch adds nothing.
+            objective = loss_sum / items if items else loss_sum * 0.0
         objective.backward()
         self.pending_items += items
         self.pending_micro_batches += 1
@@ -188,6 +193,9 @@ class Accumulator:
         """
         if self.pending_micro_batches == 0:
             return None
+        if self.normalize == "items" and self.pending_items == 0:
+            return self._refuse("the window holds no items (every target is ignore_index), "
+                                "so its mean gradient is 0 / 0")
         if not _all_finite([p.grad for p in self.params if p.grad is not None]):
             return self._refuse("the accumulated gradient is not finite")
         for p, g in zip(self.params, self.gradients()):
