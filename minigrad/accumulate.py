@@ -286,12 +286,17 @@ class Accumulator:
 
 def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_batches=None,
          sizes=None, normalize="items", max_grad_norm=None, scheduler=None,
-         on_nonfinite="raise"):
+         on_nonfinite="raise", batchnorm="micro"):
     """Exactly ONE optimizer update from the whole ``(x, y)``; returns its mean loss per item.
 
     The batch is split by ``micro_batch_size``, ``num_micro_batches`` or explicit ``sizes``
     (none of them: full-batch training). Any stale gradients are dropped first. If any
     micro-batch fails or is not finite, nothing is updated (see the module docstring).
+
+    ``batchnorm="micro"`` lets BatchNorm use each micro-batch's statistics, as every
+    framework does (not equivalent to full batch); ``"exact"`` runs the extra passes of
+    ``minigrad.exact_batchnorm`` so the update equals the full-batch one (``normalize``
+    must then be ``"items"``).
 
     >>> import numpy as np
     >>> from minigrad import nn, optim
@@ -312,9 +317,21 @@ def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_ba
     acc = Accumulator(model, loss_fn, optimizer, normalize=normalize,
                       max_grad_norm=max_grad_norm, scheduler=scheduler,
                       on_nonfinite=on_nonfinite)
+    if batchnorm not in ("micro", "exact"):
+        raise ValueError(f"batchnorm must be 'micro' or 'exact', got {batchnorm!r}")
+    if batchnorm == "exact" and normalize != "items":
+        raise ValueError(f"batchnorm='exact' needs normalize='items', got {normalize!r}")
     saved = acc._snapshot()
     acc.discard()
     try:
+        if batchnorm == "exact":
+            from minigrad import exact_batchnorm  # it builds on this module
+
+            mean_loss = exact_batchnorm.accumulate(acc, x, y, sizes)
+            if mean_loss is None:
+                acc._restore(saved)
+                return float("nan")
+            return mean_loss
         for _, xj, yj in micro_batches(x, y, sizes):
             if acc.add(xj, yj) is None:
                 acc._restore(saved)
