@@ -1,0 +1,231 @@
+"""Checkpoints: a round trip of every part, resuming mid-window exactly as if never
+stopped, NumPy checkpoints loaded into other namespaces, and files that are refused
+(truncated, foreign, not a zip, wrong shapes) without changing anything.
+
+Resumed runs are compared with ``==``: the same operations on the same numbers in the same
+order give the same bits, so any difference means that some state was not restored.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from minigrad import backend, checkpoint, nn, optim
+from minigrad.accumulate import Accumulator
+
+MICRO_BATCHES = 8  # of 4 samples each; with every=3 the windows are 3, 3 and a short 2
+SAVE_AFTER = 4  # micro-batches: one update done, one micro-batch pending
+
+
+# ----- helpers ----------------------------------------------------------------------------
+def to_np(tree):
+    """A NumPy copy of every array in a nested dict/list/tuple; other leaves as they are."""
+    if isinstance(tree, dict):
+        return {k: to_np(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [to_np(v) for v in tree]
+    if hasattr(tree, "__array_namespace__"):
+        return np.array(backend.to_numpy(tree), copy=True)
+    return tree
+
+
+def assert_same(a, b, path="state"):
+    """``a == b`` everywhere: same keys, same dtypes and shapes, every element equal."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert_same(u, v, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape, path
+        assert bool(np.all(a == b)), f"{path} differs: {a} vs {b}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def training(xp, kind="adam", seed=0, width=6):
+    """Model (BatchNorm + dropout), optimizer, schedule and a streaming accumulator."""
+    model = nn.MLP([3, width, 4], norm="batch", dropout=0.25, seed=seed, xp=xp)
+    if kind == "sgd":
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    else:
+        opt = optim.Adam(model.parameters(), lr=0.05, weight_decay=0.01)
+    scheduler = optim.Scheduler(opt, optim.linear_warmup(optim.cosine(0.05, 10), 2))
+    acc = Accumulator(model, nn.CrossEntropyLoss(), opt, every=3, scheduler=scheduler,
+                      max_grad_norm=1.0)
+    return model, opt, scheduler, acc
+
+
+def everything(model, opt, scheduler, acc):
+    """All state of a training run, as NumPy copies."""
+    return to_np({"model": model.state_dict(),
+                  "grads": [p.grad for p in model.parameters()],
+                  "optimizer": opt.state_dict(),
+                  "scheduler": {"t": scheduler.t, "lr": opt.lr},
+                  "accumulator": acc.state_dict()})
+
+
+def stream(xp, seed=0):
+    """The micro-batches of the run: 4 samples each, some targets ignored."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(MICRO_BATCHES * 4, 3))
+    y = rng.integers(0, 4, size=MICRO_BATCHES * 4)
+    y[::7] = -100
+    return [(xp.asarray(x[i:i + 4]), xp.asarray(y[i:i + 4]))
+            for i in range(0, MICRO_BATCHES * 4, 4)]
+
+
+def feed(acc, batches):
+    for x, y in batches:
+        acc.add(x, y)
+
+
+def saved_mid_window(xp, tmp_path, kind="adam"):
+    """A run stopped after SAVE_AFTER micro-batches and saved: (path, its parts)."""
+    parts = training(xp, kind)
+    feed(parts[3], stream(xp)[:SAVE_AFTER])
+    assert parts[1].step_count == 1 and parts[3].pending_micro_batches == 1  # mid-window
+    path = tmp_path / "run.npz"
+    checkpoint.save(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    return path, parts
+
+
+def load_fresh(path, xp, kind="adam"):
+    """New, untrained objects built as the saved ones were, loaded from ``path``.
+
+    Built with the same seed: it also fixes each Dropout's seed, which is configuration
+    (like the layer sizes), not state, so a checkpoint does not hold it.
+    """
+    parts = training(xp, kind)
+    checkpoint.load(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    return parts
+
+
+# ----- round trip and exact resumption ----------------------------------------------------
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_round_trip_restores_every_part(xp, tmp_path, kind):
+    path, parts = saved_mid_window(xp, tmp_path, kind)
+    fresh = load_fresh(path, xp, kind)
+    state = everything(*fresh)
+    assert_same(state, everything(*parts))
+    assert state["accumulator"]["pending_micro_batches"] == 1
+    assert all(g is not None for g in state["grads"])  # the pending window's sums
+    if kind == "sgd":
+        assert all(m is not None for m in state["optimizer"]["mu"])  # momentum buffers
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_resuming_mid_window_continues_exactly(xp, tmp_path, kind):
+    batches = stream(xp)
+    model, opt, scheduler, acc = training(xp, kind)
+    feed(acc, batches)
+    last = acc.update()  # the short final window
+    assert opt.step_count == 3 and scheduler.t == 3
+
+    path, _ = saved_mid_window(xp, tmp_path, kind)
+    resumed = load_fresh(path, xp, kind)
+    feed(resumed[3], batches[SAVE_AFTER:])
+    assert resumed[3].update() == last
+    assert_same(everything(*resumed), everything(model, opt, scheduler, acc))
+
+
+def test_a_numpy_checkpoint_loads_into_any_namespace(xp, tmp_path):
+    numpy = backend.get_namespace("numpy")
+    path, parts = saved_mid_window(numpy, tmp_path)
+    model, opt, scheduler, acc = load_fresh(path, xp)
+    arrays = [p.data for p in model.parameters()] + [b for _, b in model.named_buffers()]
+    arrays += [p.grad for p in model.parameters()] + list(opt.state_dict()["mu"])
+    assert all(backend.namespace(a) is xp for a in arrays)
+    assert all(p.data.dtype == xp.float64 for p in model.parameters())
+    # Both runs go on, each in its own namespace, and stay equal bit for bit.
+    feed(parts[3], stream(numpy)[SAVE_AFTER:])
+    feed(acc, stream(xp)[SAVE_AFTER:])
+    assert parts[3].update() == acc.update()
+    assert_same(everything(model, opt, scheduler, acc), everything(*parts))
+
+
+# ----- refused files change nothing -------------------------------------------------------
+def truncated(path, good):
+    data = good.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def foreign(path, good):
+    np.savez(path, weights=np.ones(3), bias=np.zeros(2))
+
+
+def not_a_zip(path, good):
+    path.write_text("step,loss\n1,0.5\n")
+
+
+def wrong_format(path, good):
+    np.savez(path, __minigrad__=np.asarray(json.dumps({"format": "minigrad-checkpoint-0"})))
+
+
+@pytest.mark.parametrize("write, message", [
+    (truncated, r"is not a readable minigrad checkpoint \(truncated or not an .npz file\)"),
+    (not_a_zip, r"is not a readable minigrad checkpoint \(truncated or not an .npz file\)"),
+    (foreign, r"is an .npz file but not a minigrad checkpoint \(no __minigrad__ marker\)"),
+    (wrong_format, "has checkpoint format 'minigrad-checkpoint-0', "
+                   "expected 'minigrad-checkpoint-1'"),
+], ids=["truncated", "not-a-zip", "foreign-npz", "wrong-format"])
+def test_unreadable_files_raise_value_error_and_change_nothing(xp, tmp_path, write, message):
+    good, _ = saved_mid_window(xp, tmp_path)
+    bad = tmp_path / "bad.npz"
+    write(bad, good)
+    parts = training(xp, seed=3)
+    feed(parts[3], stream(xp)[:2])
+    before = everything(*parts)
+    with pytest.raises(ValueError, match=message):
+        checkpoint.load(bad, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    assert_same(everything(*parts), before)
+
+
+def test_a_missing_part_is_named_and_nothing_loaded(xp, tmp_path):
+    path = tmp_path / "model_only.npz"
+    saved = training(xp)
+    checkpoint.save(path, saved[0])
+    parts = training(xp, seed=3)
+    before = everything(*parts)
+    with pytest.raises(ValueError, match="holds no state for optimizer, scheduler, accumulator"):
+        checkpoint.load(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    assert_same(everything(*parts), before)
+
+
+def test_a_wrong_shape_parameter_is_refused_and_changes_nothing(xp, tmp_path):
+    path = tmp_path / "wide.npz"
+    wide = training(xp, width=5)
+    checkpoint.save(path, wide[0], wide[1], scheduler=wide[2], accumulator=wide[3])
+    parts = training(xp, seed=3)
+    feed(parts[3], stream(xp)[:4])
+    before = everything(*parts)
+    with pytest.raises(ValueError, match=r"has shape \(5, 3\), expected \(6, 3\)"):
+        checkpoint.load(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    assert_same(everything(*parts), before)
+
+
+@pytest.mark.parametrize("mismatched", ["optimizer", "accumulator"])
+def test_a_later_part_that_does_not_fit_rolls_back_the_earlier_ones(xp, tmp_path, mismatched):
+    # The model (and scheduler) in the file fit, so they are loaded first; then the
+    # optimizer's or accumulator's arrays, saved from a narrower model, do not fit.
+    fits = training(xp, seed=11)
+    feed(fits[3], stream(xp, seed=1)[:4])
+    narrow = training(xp, width=5)
+    feed(narrow[3], stream(xp)[:4])
+    optimizer = narrow[1] if mismatched == "optimizer" else fits[1]
+    accumulator = narrow[3] if mismatched == "accumulator" else fits[3]
+    path = tmp_path / "mixed.npz"
+    checkpoint.save(path, fits[0], optimizer, scheduler=fits[2], accumulator=accumulator)
+    parts = training(xp, seed=3)
+    feed(parts[3], stream(xp)[:2])
+    before = everything(*parts)
+    with pytest.raises(ValueError, match="has shape"):
+        checkpoint.load(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    assert_same(everything(*parts), before)
+    # The rollback had something to undo: the file's model differs from the one kept.
+    kept, in_file = before["model"]["0.weight"], to_np(fits[0].state_dict())["0.weight"]
+    assert not np.array_equal(kept, in_file)
