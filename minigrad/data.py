@@ -1,8 +1,9 @@
-"""Synthetic classification data sets, drawn from a seeded NumPy ``Generator``.
+"""Classification data sets: synthetic ones drawn from a seeded NumPy ``Generator``, and
+scikit-learn's bundled handwritten digits (offline).
 
-Each function returns NumPy arrays ``x`` (float64, shape (N, D)) and ``y`` (int64, shape
-(N,)), with the samples in a seeded random order; ``to_namespace`` moves them into any
-array-API namespace.
+Each returns NumPy arrays ``x`` (float64, shape (N, D)) and ``y`` (int64, shape (N,)), with
+the samples in a seeded random order; ``to_namespace`` moves them into any array-API
+namespace.
 
 >>> x, y = spirals(6, n_classes=3, seed=0)
 >>> x.shape, x.dtype, y.tolist().count(2)
@@ -61,6 +62,28 @@ def blobs(n_samples=400, n_classes=3, n_features=2, spread=0.5, box=3.0, seed=0)
     y, _, _ = _labels(n_samples, n_classes, generator)
     x = centres[y] + spread * generator.normal(size=(n_samples, n_features))
     return x.astype(np.float64), y.astype(np.int64)
+
+
+def digits(seed=0, test_fraction=0.25):
+    """scikit-learn's 1,797 8x8 digits: ``(x_train, y_train, x_test, y_test)``.
+
+    x = pixels / 16 in [0, 1], shape (N, 64); y in 0..9. The samples are shuffled by ``seed``
+    and the last ``round(test_fraction * 1797)`` of them are the test set. Needs
+    scikit-learn (``pip install minigrad[data]``); its copy of the data ships with it.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise ImportError("digits() needs scikit-learn: pip install minigrad[data] "
+                          "(or pip install scikit-learn)") from err
+    pixels, labels = load_digits(return_X_y=True)
+    order = backend.rng(seed).permutation(len(labels))
+    x = (pixels[order] / 16.0).astype(np.float64)
+    y = labels[order].astype(np.int64)
+    n_train = len(y) - round(test_fraction * len(y))
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
 def to_namespace(x, y, xp=None, *, dtype="float64", device=None):

@@ -25,21 +25,61 @@ def normalize(x, axes, eps):
     return centered / (var + eps).sqrt(), mean, var
 
 
+def ghost_normalize(x, size, eps):
+    """``normalize`` over the batch, separately within consecutive virtual batches of ``size``.
+
+    With the one-hot membership M (N x G), M[i, j] = [i // size == j], and n_j values per
+    channel in virtual batch j: mean = M^T x / n, var = M^T (x - M mean)^2 / n and
+    x_hat = (x - M mean) / (M sqrt(var + eps)). Only matmul and elementwise primitives, so
+    the gradient needs no code of its own; M costs O(N G) memory. Returns x_hat and the
+    (G, C) means and biased variances.
+    """
+    xp, n = x.xp, x.shape[0]
+    groups = -(-n // size)
+    rows = xp.reshape(xp.arange(n, device=x.device) // size, (n, 1))
+    cols = xp.reshape(xp.arange(groups, device=x.device), (1, groups))
+    m = Tensor(xp.astype(rows == cols, x.dtype))
+    counts = m.sum(axis=0).reshape(groups, 1) * (x.size // (n * x.shape[1]))
+
+    def chunk_mean(t):  # (N, C, *) -> (G, C)
+        return (m.T @ (t.sum(axis=2) if t.ndim == 3 else t)) / counts
+
+    def spread(s):  # (G, C) -> (N, C, 1...): row i is its virtual batch's row
+        out = m @ s
+        return out.reshape(out.shape + (1,) * (x.ndim - 2))
+
+    mean = chunk_mean(x)
+    centered = x - spread(mean)
+    var = chunk_mean(centered * centered)
+    return centered / spread((var + eps).sqrt()), mean, var
+
+
 class BatchNorm1d(Module):
     """Batch normalisation over an (N, C) or (N, C, L) input.
 
     Training: batch statistics; running_mean/var <- (1 - momentum) * running + momentum *
     batch stat, with the *unbiased* batch variance for running_var (``momentum=None``: a
     cumulative average). Eval: the running statistics.
+
+    Ghost BatchNorm (``ghost_batch_size=g``): in training, consecutive virtual batches of g
+    samples (the last may be smaller) are each normalised with their own statistics, and
+    the running statistics are updated once per virtual batch, in order: full-batch training
+    then does what accumulated training over micro-batches of g does.
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, *, dtype="float64", xp=None, device=None):
+                 track_running_stats=True, *, ghost_batch_size=None, dtype="float64", xp=None,
+                 device=None):
         super().__init__()
         if not isinstance(num_features, int) or num_features < 1:
             raise ValueError(f"num_features must be a positive int, got {num_features!r}")
         if momentum is not None and not 0.0 <= momentum <= 1.0:
             raise ValueError(f"momentum must be in [0, 1] or None, got {momentum!r}")
+        if ghost_batch_size is not None and (not isinstance(ghost_batch_size, int)
+                                             or ghost_batch_size < 1):
+            raise ValueError(f"ghost_batch_size must be a positive int or None, "
+                             f"got {ghost_batch_size!r}")
+        self.ghost_batch_size = ghost_batch_size
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         xp = backend.get_namespace(xp)
@@ -51,6 +91,7 @@ class BatchNorm1d(Module):
             self.register_buffer("running_var", xp.ones(num_features, dtype=dt, device=device))
             self.register_buffer("num_batches_tracked", xp.asarray(0, dtype=xp.int64,
                                                                    device=device))
+        self.global_stats = None  # set by exact accumulation for the length of one step
 
     def _check(self, x):
         if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
@@ -63,14 +104,20 @@ class BatchNorm1d(Module):
         axes = (0,) if x.ndim == 2 else (0, 2)
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
         use_batch = self.training or not self.track_running_stats
-        if use_batch:
+        if self.training and self.global_stats is not None:
+            # Exact accumulation (minigrad.exact_batchnorm): whole-batch statistics.
+            x_hat = self.global_stats.normalize(x, axes)
+        elif self.training and (self.ghost_batch_size or x.shape[0]) < x.shape[0]:
+            # virtual batches; ghost_batch_size >= N is one: plain BatchNorm, below
+            x_hat = self._ghost_forward(x)
+        elif use_batch:
             count = x.size // self.num_features
             if count < 2:  # as torch, also in eval mode without running statistics
                 raise ValueError("BatchNorm1d with batch statistics needs more than 1 value "
                                  f"per channel, got input of shape {x.shape}")
             x_hat, mean, var = normalize(x, axes, self.eps)
             if self.training and self.track_running_stats:
-                self._update_running(mean.data, var.data, count)
+                self.update_running_stats(mean.data, var.data, count)
         else:
             xp = x.xp
             mean = xp.reshape(self.running_mean, shape)
@@ -80,7 +127,22 @@ class BatchNorm1d(Module):
             x_hat = x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
         return x_hat
 
-    def _update_running(self, mean, var, count):
+    def _ghost_forward(self, x):
+        """Training with virtual batches; running statistics move once per virtual batch."""
+        g, n = self.ghost_batch_size, x.shape[0]
+        per = x.size // (n * self.num_features)  # values per channel in each sample
+        counts = [min(g, n - start) * per for start in range(0, n, g)]
+        if counts[-1] < 2:
+            raise ValueError(f"BatchNorm1d(ghost_batch_size={g}) needs more than 1 value per "
+                             f"channel in every virtual batch; input of shape {x.shape} "
+                             f"leaves {counts[-1]} in the last one")
+        x_hat, mean, var = ghost_normalize(x, g, self.eps)
+        if self.track_running_stats:
+            for j, count in enumerate(counts):
+                self.update_running_stats(mean.data[j, ...], var.data[j, ...], count)
+        return x_hat
+
+    def update_running_stats(self, mean, var, count):
         """One running-statistics update from batch mean and biased variance of ``count``."""
         with no_grad():
             xp = backend.namespace(mean)
@@ -93,7 +155,8 @@ class BatchNorm1d(Module):
             self.running_var = (1.0 - m) * self.running_var + m * unbiased
 
     def extra_repr(self):
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+        ghost = f", ghost_batch_size={self.ghost_batch_size}" if self.ghost_batch_size else ""
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}{ghost}"
 
 
 class GroupNorm(Module):
