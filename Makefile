@@ -29,6 +29,7 @@ test-long: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/train_step.py
+	$(PY) benchmarks/exact_batchnorm.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
