@@ -151,24 +151,20 @@ def _accuracy(model, x, y):
     return float(np.mean(np.argmax(logits, axis=1) == backend.to_numpy(y)))
 
 
-def training_curves(data=None, norms=("batch", "group", "layer"), micro_batch_size=16,
+def training_curves(data, norms=("batch", "group", "layer"), micro_batch_size=16,
                     global_batch_size=128, epochs=10, hidden=(64,), lr=0.1, momentum=0.9,
                     seed=0):
     """Full batch against accumulated training, for each norm: curves per epoch.
 
     An MLP [D, *hidden, classes] with the norm after each hidden Linear, cross-entropy and
-    SGD(lr, momentum), trained on ``data = (x_train, y_train, x_test, y_test)`` (NumPy; by
-    default ``data.digits(seed)``, which needs scikit-learn). Each epoch visits the training
-    set in one seeded order shared by both runs, in global batches of ``global_batch_size``
-    (a shorter last one is dropped), one ``accumulate.step`` each: whole, or in
-    micro-batches of ``micro_batch_size``. ``train_loss`` is the mean of the epoch's step
-    losses; ``test_accuracy`` is measured after the epoch in eval mode.
+    SGD(lr, momentum), trained on ``data = (x_train, y_train, x_test, y_test)`` (NumPy, e.g.
+    ``minigrad.data.digits()``: the data sets live in the apps layer above). Each epoch
+    visits the training set in one seeded order shared by both runs, in global batches of
+    ``global_batch_size`` (a shorter last one is dropped), one ``accumulate.step`` each:
+    whole, or in micro-batches of ``micro_batch_size``. ``train_loss`` is the mean of the
+    epoch's step losses; ``test_accuracy`` is measured after the epoch in eval mode.
     Returns ``{norm: {"full" | "accumulated": {"train_loss": [...], "test_accuracy": [...]}}}``.
     """
-    if data is None:
-        from minigrad.data import digits  # the one data set the curves default to
-
-        data = digits(seed=seed)
     x_train, y_train, x_test, y_test = data
     n_batches = x_train.shape[0] // global_batch_size
     if n_batches < 1:
