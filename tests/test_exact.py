@@ -53,31 +53,28 @@ def test_sgd_trajectories_are_equal_at_every_step(problem, hyper):
     assert acc.keys() == full.keys()
 
 
+def one_weight_model():
+    model = nn.Linear(1, 1, bias=False)
+    model.weight.data = np.array([[1.0]])
+    return model
+
+
+ONE_WEIGHT_DATA = (np.array([[1.0], [2.0], [3.0]]), np.zeros((3, 1)))
+
+
 def test_hand_computed_one_weight_model():
     # y_hat = w x with w = 1, data x = (1, 2, 3), targets 0: per-item MSE gradient 2 w x^2 =
     # 2, 8, 18; the mean is 28/3. Split [1, 2]: (2 + (8 + 18)) / 3 = 28/3 as well.
-    def factory():
-        model = nn.Linear(1, 1, bias=False)
-        model.weight.data = np.array([[1.0]])
-        return model
-
-    x = np.array([[1.0], [2.0], [3.0]])
-    y = np.zeros((3, 1))
-    equal, acc, full = gradients_equal(factory, x, y, [1, 2])
+    x, y = ONE_WEIGHT_DATA
+    equal, acc, full = gradients_equal(one_weight_model, x, y, [1, 2])
     assert equal
     assert full["weight"][0, 0] == Fraction(28, 3)
 
 
 def test_textbook_normalisation_is_exactly_wrong_for_uneven_splits():
     # Same model and data: the textbook loop gives (2/1 + (8 + 18)/2) / 2 = 15/2, not 28/3.
-    def factory():
-        model = nn.Linear(1, 1, bias=False)
-        model.weight.data = np.array([[1.0]])
-        return model
-
-    x = np.array([[1.0], [2.0], [3.0]])
-    y = np.zeros((3, 1))
-    equal, acc, full = gradients_equal(factory, x, y, [1, 2], normalize="micro_batches")
+    x, y = ONE_WEIGHT_DATA
+    equal, acc, full = gradients_equal(one_weight_model, x, y, [1, 2], normalize="micro_batches")
     assert not equal
     assert acc["weight"][0, 0] == Fraction(15, 2)
     assert full["weight"][0, 0] == Fraction(28, 3)

@@ -8,25 +8,16 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from gradcheck import OpSpec, check_op
+from helpers import as_numpy as _np
+from helpers import other_namespace as _other
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minigrad import backend
 from minigrad.nn import Dropout, dropout_keys
 from minigrad.nn import functional as F
 from minigrad.tensor import Tensor
 
 GELU_C = math.sqrt(2.0 / math.pi)
-
-
-def _other(xp):
-    """The namespace of the fixture that is not ``xp``."""
-    name = "array_api_strict" if xp is backend.get_namespace("numpy") else "numpy"
-    return backend.get_namespace(name)
-
-
-def _np(a):
-    return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
 
 
 def _tensor(xp, values, requires_grad=True, dtype="float64"):

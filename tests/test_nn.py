@@ -9,6 +9,8 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from gradcheck import OpSpec, check_op
+from helpers import as_numpy as _np
+from helpers import other_namespace as _other
 
 from minigrad import backend, nn
 from minigrad.nn import functional as F
@@ -18,16 +20,6 @@ EPS = 1e-5
 GELU_C = math.sqrt(2.0 / math.pi)
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "gelu")
 NORMS = (None, "batch", "group", "layer")
-
-
-def _other(xp):
-    """The namespace of the fixture that is not ``xp``."""
-    name = "array_api_strict" if xp is backend.get_namespace("numpy") else "numpy"
-    return backend.get_namespace(name)
-
-
-def _np(a):
-    return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
 
 
 def _tensor(xp, values, requires_grad=False, dtype="float64"):

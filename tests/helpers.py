@@ -1,0 +1,46 @@
+"""Small helpers shared by several test modules (conftest.py puts this folder on sys.path)."""
+
+import numpy as np
+
+from minigrad import backend
+from minigrad.tensor import Tensor
+
+
+def to_np(tree):
+    """A NumPy copy of every array in a nested dict/list/tuple; other leaves as they are."""
+    if isinstance(tree, dict):
+        return {k: to_np(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [to_np(v) for v in tree]
+    if hasattr(tree, "__array_namespace__"):
+        return np.array(backend.to_numpy(tree), copy=True)
+    return tree
+
+
+def assert_same(a, b, path="state"):
+    """``a == b`` everywhere: same keys, same dtypes and shapes, every element equal."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert_same(u, v, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape, path
+        assert bool(np.all(a == b)), f"{path} differs: {a} vs {b}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def other_namespace(xp):
+    """The namespace of the fixture that is not ``xp``."""
+    name = "array_api_strict" if xp is backend.get_namespace("numpy") else "numpy"
+    return backend.get_namespace(name)
+
+
+def as_numpy(a):
+    """The NumPy array of a Tensor or array."""
+    return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
+
