@@ -311,3 +311,16 @@ def test_dropout_module(xp):
     assert np.array_equal(keyed, _mask(xp, 16, 8, seed=9, step=7)[10:])
     layer.eval()
     assert np.array_equal(_np(layer(x)), np.ones((6, 8)))
+
+
+def test_sigmoid_keeps_its_tails(xp):
+    # sigmoid(-40) = 1 / (1 + e^40) = 4.248354255291589e-18: the tanh form rounds it to 0.
+    out = _np(F.sigmoid(_tensor(xp, [-40.0, 40.0, -800.0, 800.0])))
+    assert out[0] == pytest.approx(1.0 / (1.0 + math.exp(40.0)), rel=4 * np.finfo(float).eps)
+    assert out[1] == 1.0 - 1.0 / (1.0 + math.exp(40.0))
+    assert out[2] == 0.0 and out[3] == 1.0  # e^-800 underflows: the limits, no overflow
+
+
+def test_dropout_sample_index_must_match_the_batch(xp):
+    with pytest.raises(ValueError, match="sample_index must hold one index per sample"):
+        F.dropout(_tensor(xp, np.ones((4, 3))), 0.5, True, sample_index=xp.arange(3))

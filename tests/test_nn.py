@@ -686,3 +686,10 @@ def test_mlp_matches_torch(xp, activation, norm):
     for name, value in model.state_dict().items():
         np.testing.assert_allclose(backend.to_numpy(value), torch_state[name].numpy(),
                                    rtol=1e-12, err_msg=name)
+
+
+def test_sizes_reject_booleans():
+    with pytest.raises(ValueError, match="in_features must be a positive int"):
+        nn.Linear(True, 3)
+    with pytest.raises(ValueError, match="sizes must list"):
+        nn.MLP([2, True, 3])

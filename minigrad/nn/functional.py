@@ -26,8 +26,21 @@ def tanh(x):
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)), computed as (1 + tanh(x / 2)) / 2 so no exp overflows."""
-    return (_tensor(x) * 0.5).tanh() * 0.5 + 0.5
+    """1 / (1 + exp(-x)); backward g * s * (1 - s).
+
+    A primitive of its own, for accuracy at both ends: with e = exp(-|x|) <= 1 it is
+    1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, so nothing overflows and
+    sigmoid(-40) is 4.2e-18 as in torch, not 0.
+    """
+    x = _tensor(x)
+    xp = x.xp
+    e = xp.exp(-xp.abs(x.data))
+    out = xp.where(x.data >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+    def backward(g):
+        return (g * (out * (1.0 - out)),)
+
+    return x._make(out, (x,), backward)
 
 
 def gelu(x):
@@ -143,6 +156,9 @@ def dropout(x, p=0.5, training=True, *, seed=0, step=0, sample_index=None):
     n = x.shape[0]
     if sample_index is None:
         sample_index = xp.arange(n, device=x.device)
+    elif tuple(sample_index.shape) != (n,):
+        raise ValueError(f"sample_index must hold one index per sample, shape ({n},); got "
+                         f"shape {tuple(sample_index.shape)}")
     width = x.size // n if n else 0
     u = backend.counter_uniform(xp, seed, step, sample_index, width, device=x.device)
     keep = xp.reshape(u >= p, x.shape)

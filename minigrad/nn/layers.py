@@ -19,7 +19,7 @@ class Linear(Module):
                  dtype="float64", xp=None, device=None):
         super().__init__()
         for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.in_features, self.out_features = in_features, out_features
         xp = backend.get_namespace(xp)

@@ -28,7 +28,7 @@ class MLP(Sequential):
     def __init__(self, sizes, activation="relu", norm=None, dropout=0.0, seed=0,
                  dtype="float64", xp=None, device=None, num_groups=None):
         sizes = list(sizes)
-        if len(sizes) < 2 or not all(isinstance(s, int) and s >= 1 for s in sizes):
+        if len(sizes) < 2 or not all(type(s) is int and s >= 1 for s in sizes):
             raise ValueError(f"sizes must list at least 2 positive ints, got {sizes!r}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
