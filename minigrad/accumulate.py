@@ -198,11 +198,17 @@ class Accumulator:
                                 "so its mean gradient is 0 / 0")
         if not _all_finite([p.grad for p in self.params if p.grad is not None]):
             return self._refuse("the accumulated gradient is not finite")
+        sums = [p.grad for p in self.params]
         for p, g in zip(self.params, self.gradients()):
             p.grad = g
-        if self.max_grad_norm is not None:
-            clip_grad_norm_(self.params, self.max_grad_norm)
-        self.optimizer.step()
+        try:
+            if self.max_grad_norm is not None:
+                clip_grad_norm_(self.params, self.max_grad_norm)
+            self.optimizer.step()  # checks everything before it writes anything
+        except Exception:
+            for p, g in zip(self.params, sums):
+                p.grad = g  # the window is still pending, as sums, as it was
+            raise
         if self.scheduler is not None:
             self.scheduler.step()
         mean_loss = self.pending_loss_sum / self.pending_items if self.pending_items \

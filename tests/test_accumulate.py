@@ -675,3 +675,23 @@ def test_streaming_skip_drops_the_window_and_keeps_buffers_finite(xp):
     assert_same(state["buffers"], after_first["buffers"])
     assert_same(state["params"], after_first["params"])
     assert_same(state["optimizer"], after_first["optimizer"])
+
+
+def test_a_failing_optimizer_step_leaves_the_window_pending_as_sums(xp):
+    model = nn.MLP([3, 4, 2], seed=0, xp=xp)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    acc = Accumulator(model, nn.MSELoss(), opt)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        acc.add(xp.asarray(rng.normal(size=(3, 3))), xp.asarray(rng.normal(size=(3, 2))))
+    sums = [p.grad for p in model.parameters()]
+    before = [backend.to_numpy(p.data).copy() for p in model.parameters()]
+    opt.params[0].grad = xp.zeros((1, 1), dtype=xp.float64)  # wrong shape: step() refuses
+    sums[0] = opt.params[0].grad
+    with pytest.raises(ValueError, match="shape"):
+        acc.update()
+    assert all(p.grad is g for p, g in zip(model.parameters(), sums))
+    assert acc.pending_micro_batches == 2 and acc.pending_items == 12
+    assert all(np.array_equal(backend.to_numpy(p.data), b)
+               for p, b in zip(model.parameters(), before))
+    assert opt.step_count == 0
