@@ -204,8 +204,10 @@ def test_cross_entropy_bad_input(xp):
         F.cross_entropy(logits, xp.asarray([0, 1, 2]))
     with pytest.raises(ValueError, match=r"target has shape \(2, 1\)"):
         F.cross_entropy(logits, xp.asarray([[0], [1]]))
-    with pytest.raises(ValueError, match=r"logits must have shape \(N, C\), got \(3,\)"):
-        F.cross_entropy(_tensor(xp, [0.0, 1.0, 2.0]), xp.asarray([0]))
+    with pytest.raises(ValueError, match=r"target has shape \(1,\), expected \(\) for logits"):
+        F.cross_entropy(_tensor(xp, [0.0, 1.0, 2.0]), xp.asarray([0]))  # (C,) takes a 0-d
+    with pytest.raises(ValueError, match=r"logits must have shape \(C,\), \(N, C\)"):
+        F.cross_entropy(_tensor(xp, 1.0), xp.asarray(0))
     with pytest.raises(ValueError, match="reduction.*'avg'"):
         F.cross_entropy(logits, xp.asarray([0, 1]), reduction="avg")
 
@@ -324,3 +326,20 @@ def test_sigmoid_keeps_its_tails(xp):
 def test_dropout_sample_index_must_match_the_batch(xp):
     with pytest.raises(ValueError, match="sample_index must hold one index per sample"):
         F.dropout(_tensor(xp, np.ones((4, 3))), 0.5, True, sample_index=xp.arange(3))
+
+
+def test_cross_entropy_on_more_dimensions_and_unbatched(xp):
+    # (N, C, d) logits with (N, d) targets are N * d rows of (C,) logits, as in torch.
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 3, 4))
+    y = rng.integers(0, 3, size=(2, 4))
+    y[0, 1] = -100
+    rows = np.transpose(x, (0, 2, 1)).reshape(-1, 3)
+    per_row = _np(F.cross_entropy(_tensor(xp, rows), xp.asarray(y.reshape(-1)), "none"))
+    per_elem = _np(F.cross_entropy(_tensor(xp, x), xp.asarray(y), "none"))
+    assert per_elem.shape == (2, 4)
+    assert np.array_equal(per_elem.reshape(-1), per_row)
+    mean = F.cross_entropy(_tensor(xp, x), xp.asarray(y))
+    assert float(_np(mean)) == pytest.approx(per_row.sum() / 7, rel=1e-15)
+    single = F.cross_entropy(_tensor(xp, [0.0, 0.0]), xp.asarray(1))
+    assert single.shape == () and float(_np(single)) == pytest.approx(math.log(2.0), rel=1e-15)

@@ -97,7 +97,8 @@ def _check_reduction(reduction):
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     """-log softmax(logits)[target] per sample; ``"mean"`` divides by the non-ignored count.
 
-    logits: (N, C) floats; target: (N,) integer class indices in [0, C) or ``ignore_index``.
+    logits: (N, C) floats, or (N, C, d1, ...) with target (N, d1, ...), or (C,) with a 0-d
+    target, as in PyTorch; target: integer class indices in [0, C) or ``ignore_index``.
     Ignored samples contribute 0 (and 0 gradient). A ``"mean"`` over a batch whose targets
     are all ignored is NaN, with a zero gradient, as in PyTorch.
     """
@@ -108,22 +109,27 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     if not hasattr(target, "__array_namespace__"):
         target = xp.asarray(target, device=logits.device)
     backend.namespace(logits.data, target)
-    if logits.ndim != 2:
-        raise ValueError(f"logits must have shape (N, C), got {logits.shape}")
     if not xp.isdtype(target.dtype, "integral"):
         raise TypeError(f"target must hold integer class indices, got dtype {target.dtype}")
-    if tuple(target.shape) != logits.shape[:1]:
-        raise ValueError(f"target has shape {tuple(target.shape)}, expected ({logits.shape[0]},)"
-                         f" for logits of shape {logits.shape}")
-    n_classes = logits.shape[1]
+    if logits.ndim == 0:
+        raise ValueError("logits must have shape (C,), (N, C) or (N, C, d1, ...), got ()")
+    expected = logits.shape[:1] + logits.shape[2:] if logits.ndim > 1 else ()
+    if tuple(target.shape) != expected:
+        raise ValueError(f"target has shape {tuple(target.shape)}, expected {expected} for "
+                         f"logits of shape {logits.shape}")
+    n_classes = logits.shape[1] if logits.ndim > 1 else logits.shape[0]
     kept = target != ignore_index
     if bool(xp.any(kept & ((target < 0) | (target >= n_classes)))):
         raise ValueError(f"target labels must lie in [0, {n_classes}) or equal "
                          f"ignore_index={ignore_index}")
+    # Classes on the last axis, everything else flattened to rows: (rows, C).
+    if logits.ndim != 2:
+        axes = (0,) + tuple(range(2, logits.ndim)) + (1,) if logits.ndim > 1 else (0,)
+        logits = logits.transpose(axes).reshape(-1, n_classes)
     safe = xp.where(kept, target, xp.zeros_like(target))
     picked = take_along_axis(log_softmax(logits, axis=1), xp.reshape(safe, (-1, 1)), axis=1)
-    weight = Tensor(xp.astype(kept, logits.dtype))
-    loss = -picked.reshape(-1) * weight
+    weight = Tensor(xp.astype(xp.reshape(kept, (-1,)), logits.dtype))
+    loss = (-picked.reshape(-1) * weight).reshape(tuple(target.shape))
     return _reduce(loss, reduction, int(xp.sum(xp.astype(kept, xp.int64))))
 
 
