@@ -29,10 +29,14 @@ def ulp_distance(a, b):
     def ordered(x):
         # Map the float bit patterns to integers that increase with the float's value.
         i = x.view(signed)
-        return np.where(i < 0, lowest - i, i).view(unsigned)
+        return np.where(i < 0, lowest - i, i)
 
-    d = ordered(a) - ordered(b)  # modulo 2^bits; min(d, -d) is the distance
-    return np.minimum(d, -d)
+    # hi - lo can exceed the signed range (4.0 vs -4.0: 2^63 + 2^53) but never 2^bits:
+    # subtracting as unsigned integers gives it exactly (arrays, not scalars, wrap silently).
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    oa, ob = ordered(np.atleast_1d(a)), ordered(np.atleast_1d(b))
+    d = np.maximum(oa, ob).view(unsigned) - np.minimum(oa, ob).view(unsigned)
+    return d.reshape(shape)
 
 
 def compare_arrays(a, b):

@@ -64,6 +64,8 @@ def _layer(module, take, x, sample_index, step):
     if isinstance(module, nn.Dropout):
         if not module.training or module.p == 0.0:
             return x
+        if module.p == 1.0:  # as functional.dropout: no 0 / 0
+            return x * 0.0
         xp = backend.get_namespace(np)
         u = backend.counter_uniform(xp, module.seed, step, sample_index, x.shape[1])
         return x * ((u >= module.p) / (1.0 - module.p))
