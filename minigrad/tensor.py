@@ -2,8 +2,8 @@
 
 Each primitive computes its forward value and, right beside it, a ``backward(g)`` that
 maps the gradient ``g`` of the output to one gradient per input (``None`` where an input
-needs none). Broadcasting is undone in ONE place, ``_unbroadcast``, when the engine adds
-a gradient into an input; no primitive sums over broadcast axes itself.
+needs none). The reverse walk itself is in ``minigrad.graph``, and so is the ONE place
+where broadcasting is undone; no primitive sums over broadcast axes itself.
 
 >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
 >>> (x * x).sum().backward()
@@ -11,27 +11,10 @@ a gradient into an input; no primitive sums over broadcast axes itself.
 array([2., 4., 6.])
 """
 
-from contextlib import contextmanager
+from minigrad import backend, graph
+from minigrad.graph import is_grad_enabled, no_grad
 
-from minigrad import backend
-
-_grad_enabled = True
-
-
-@contextmanager
-def no_grad():
-    """Inside this block no graph is recorded: results have ``requires_grad=False``."""
-    global _grad_enabled
-    previous = _grad_enabled
-    _grad_enabled = False
-    try:
-        yield
-    finally:
-        _grad_enabled = previous
-
-
-def is_grad_enabled():
-    return _grad_enabled
+__all__ = ["Parameter", "Tensor", "is_grad_enabled", "maximum", "no_grad", "take_along_axis"]
 
 
 class Tensor:
@@ -76,7 +59,7 @@ class Tensor:
             data = self.xp.asarray(data, dtype=self.dtype)
         out = Tensor.__new__(Tensor)
         out.data, out.xp, out.grad = data, self.xp, None
-        out.requires_grad = _grad_enabled and any(p.requires_grad for p in parents)
+        out.requires_grad = graph.is_grad_enabled() and any(p.requires_grad for p in parents)
         out._parents = parents if out.requires_grad else ()
         out._backward = backward if out.requires_grad else None
         return out
@@ -328,29 +311,7 @@ class Tensor:
             if tuple(gradient.shape) != self.shape:
                 raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
                                  f"expected the output's shape {self.shape}")
-        grads = {id(self): gradient}
-        leaves = []
-        for node in reversed(_topological_order(self)):
-            g = grads.pop(id(node), None)
-            if g is None:
-                continue
-            if node._backward is None:
-                if g.dtype != node.dtype:
-                    g = xp.astype(g, node.dtype)
-                leaves.append((node, g))
-                continue
-            for parent, pg in zip(node._parents, node._backward(g)):
-                if pg is None or not parent.requires_grad:
-                    continue
-                if not hasattr(pg, "shape"):  # a bare Fraction from a 0-d object array
-                    pg = xp.asarray(pg, dtype=parent.dtype)
-                pg = _unbroadcast(xp, pg, parent.shape)
-                key = id(parent)
-                grads[key] = pg if key not in grads else grads[key] + pg
-        # .grad is written only once every gradient is computed: an error (or Ctrl-C)
-        # half-way through leaves all .grad as they were, never half-accumulated.
-        for leaf, g in leaves:
-            leaf.grad = g if leaf.grad is None else leaf.grad + g
+        graph.backward(self, gradient)
 
 
 class Parameter(Tensor):
@@ -417,19 +378,6 @@ def take_along_axis(x, indices, axis=-1):
     return x._make(xp.take_along_axis(x.data, idx, axis=axis), (x,), backward)
 
 
-def _unbroadcast(xp, g, shape):
-    """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
-    if tuple(g.shape) == tuple(shape):
-        return g
-    extra = g.ndim - len(shape)
-    if extra > 0:
-        g = xp.sum(g, axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    if stretched:
-        g = xp.sum(g, axis=stretched, keepdims=True)
-    return g
-
-
 def _kept_shape(shape, axis):
     """The shape of a sum over ``axis`` with ``keepdims=True``."""
     if axis is None:
@@ -443,25 +391,3 @@ def _count(shape, axis):
     for full, kept in zip(shape, _kept_shape(shape, axis)):
         count *= full // kept if kept else 1
     return count
-
-
-def _topological_order(root):
-    """Nodes reachable from ``root`` (through inputs that require grad), inputs first.
-
-    An explicit stack, not recursion, so a 10,000-op chain is fine.
-    """
-    order, seen = [], set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for parent in node._parents:
-            if parent.requires_grad and id(parent) not in seen:
-                stack.append((parent, False))
-    return order

@@ -1,0 +1,93 @@
+"""The reverse walk over the graph of Tensors, and the one place broadcasting is undone.
+
+A node is a Tensor: ``_parents`` (its inputs) and ``_backward`` (``g`` -> one gradient per
+input, written beside each primitive's forward in ``minigrad.tensor``); a leaf has no
+``_backward``. Nothing here depends on what the primitives are.
+"""
+
+from contextlib import contextmanager
+
+_grad_enabled = True
+
+
+@contextmanager
+def no_grad():
+    """Inside this block no graph is recorded: results have ``requires_grad=False``."""
+    global _grad_enabled
+    previous = _grad_enabled
+    _grad_enabled = False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+def is_grad_enabled():
+    return _grad_enabled
+
+
+def backward(root, gradient):
+    """Add d(root)/d(leaf) . gradient into ``.grad`` of every leaf below ``root``.
+
+    Each node's gradient is complete before it is passed on (reverse topological order).
+    ``.grad`` is written only once every gradient is computed: an error (or Ctrl-C)
+    half-way through leaves all ``.grad`` as they were, never half-accumulated. Gradients
+    are added out of place (``grad + g``), never into an existing array.
+    """
+    xp = root.xp
+    grads = {id(root): gradient}
+    leaves = []
+    for node in reversed(topological_order(root)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node._backward is None:
+            if g.dtype != node.dtype:
+                g = xp.astype(g, node.dtype)
+            leaves.append((node, g))
+            continue
+        for parent, pg in zip(node._parents, node._backward(g)):
+            if pg is None or not parent.requires_grad:
+                continue
+            if not hasattr(pg, "shape"):  # a bare Fraction from a 0-d object array
+                pg = xp.asarray(pg, dtype=parent.dtype)
+            pg = unbroadcast(xp, pg, parent.shape)
+            key = id(parent)
+            grads[key] = pg if key not in grads else grads[key] + pg
+    for leaf, g in leaves:
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+
+
+def unbroadcast(xp, g, shape):
+    """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = xp.sum(g, axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    if stretched:
+        g = xp.sum(g, axis=stretched, keepdims=True)
+    return g
+
+
+def topological_order(root):
+    """Nodes reachable from ``root`` (through inputs that require grad), inputs first.
+
+    An explicit stack, not recursion, so a 10,000-op chain is fine.
+    """
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for parent in node._parents:
+            if parent.requires_grad and id(parent) not in seen:
+                stack.append((parent, False))
+    return order
