@@ -320,37 +320,39 @@ def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_ba
         raise ValueError("give at most one of micro_batch_size, num_micro_batches, sizes")
     if sizes is None:
         sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
-    acc = Accumulator(model, loss_fn, optimizer, normalize=normalize,
-                      max_grad_norm=max_grad_norm, scheduler=scheduler,
-                      on_nonfinite=on_nonfinite)
     if batchnorm not in ("micro", "exact"):
         raise ValueError(f"batchnorm must be 'micro' or 'exact', got {batchnorm!r}")
     if batchnorm == "exact" and normalize != "items":
         raise ValueError(f"batchnorm='exact' needs normalize='items', got {normalize!r}")
+    acc = Accumulator(model, loss_fn, optimizer, normalize=normalize,
+                      max_grad_norm=max_grad_norm, scheduler=scheduler,
+                      on_nonfinite=on_nonfinite)
+    if batchnorm == "exact":
+        from minigrad.exact_batchnorm import accumulate as run  # it builds on this module
+    else:
+        run = run_window
     saved = acc._snapshot()
     acc.discard()
     try:
-        if batchnorm == "exact":
-            from minigrad import exact_batchnorm  # it builds on this module
-
-            mean_loss = exact_batchnorm.accumulate(acc, x, y, sizes)
-            if mean_loss is None:
-                acc._restore(saved)
-                return float("nan")
-            return mean_loss
-        for _, xj, yj in micro_batches(x, y, sizes):
-            if acc.add(xj, yj) is None:
-                acc._restore(saved)
-                return float("nan")
-        mean_loss = acc.update()
+        mean_loss = run(acc, x, y, sizes)
     except Exception:
         acc._restore(saved)
         raise
-    if mean_loss is None:
+    if mean_loss is None:  # skipped: a non-finite value with on_nonfinite="skip"
         acc._restore(saved)
         return float("nan")
     return mean_loss
 
+
+def run_window(acc, x, y, sizes):
+    """Add every micro-batch of ``(x, y)`` split by ``sizes`` to ``acc``, then update.
+
+    Returns the window's mean loss, or ``None`` if a non-finite value made ``acc`` skip.
+    """
+    for _, xj, yj in micro_batches(x, y, sizes):
+        if acc.add(xj, yj) is None:
+            return None
+    return acc.update()
 
 def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
                           num_micro_batches=None, sizes=None, normalize="items", step_index=0):
@@ -375,5 +377,5 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
     return dict(zip((name for name, _ in model.named_parameters()), grads))
 
 
-__all__ = ["Accumulator", "accumulated_gradients", "as_loss", "micro_batches", "split_sizes",
-           "step"]
+__all__ = ["Accumulator", "accumulated_gradients", "as_loss", "micro_batches", "run_window",
+           "split_sizes", "step"]

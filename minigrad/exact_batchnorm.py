@@ -27,7 +27,7 @@ the global mean and unbiased variance, as full-batch training does.
 """
 
 from minigrad import backend, nn
-from minigrad.accumulate import micro_batches
+from minigrad.accumulate import micro_batches, run_window
 from minigrad.tensor import Tensor, no_grad
 
 
@@ -121,10 +121,7 @@ def accumulate(acc, x, y, sizes):
                 acc.loss(run(xj, start), yj, reduction="sum").backward()
             control.collect = False
         acc.discard()  # the passes above left gradients of their own
-        for _, xj, yj in micro_batches(x, y, sizes):
-            if acc.add(xj, yj) is None:
-                return None
-        mean_loss = acc.update()
+        mean_loss = run_window(acc, x, y, sizes)
     finally:
         for i in bn_at:
             layers[i].global_stats = None
