@@ -5,6 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
+# PyTorch (CPU) is the oracle and the CuPy stand-in of the tests. pip installs it, not uv:
+# pip honours this machine's pip configuration (a local CPU wheel); uv ignores it and would
+# pull a multi-GB CUDA build.
+TORCH := torch==2.13.0
 
 .PHONY: demo test test-long lint bench clean
 
@@ -14,6 +18,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv
 	$(UV) pip install --quiet --python $(PY) -e ".[test,bench]"
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -52,6 +52,26 @@ def get_namespace(xp=None):
     raise TypeError(f"xp must be an array-API namespace, got {_name(xp)}")
 
 
+def namespace_name(xp):
+    """The short name of namespace ``xp``: ``"numpy"``, ``"array_api_strict"``, ``"torch"``,
+    ``"cupy"``, ... (array-api-compat's wrappers are named after the library they wrap)."""
+    return _name(xp).removeprefix("array_api_compat.")
+
+
+def is_array(x):
+    """Whether ``x`` is an array of any array-API library, recognised as array-api-compat
+    does it. Not by ``__array_namespace__``: CuPy arrays and PyTorch tensors lack it."""
+    return array_api_compat.is_array_api_obj(x)
+
+
+def size(x):
+    """The number of elements of array ``x`` (``x.size`` is a method on PyTorch tensors)."""
+    n = array_api_compat.size(x)
+    if n is None:
+        raise ValueError(f"array of shape {tuple(x.shape)} has a dimension of unknown size")
+    return n
+
+
 def device(x):
     """The device that array ``x`` lives on."""
     return array_api_compat.device(x)
@@ -105,7 +125,7 @@ def to_numpy(x):
 def move(x, xp, device=None):
     """Array ``x`` as an array of namespace ``xp`` (on ``device``); a no-op when already there."""
     xp = get_namespace(xp) if not hasattr(xp, "asarray") else xp
-    if array_api_compat.is_array_api_obj(x) and namespace(x) is xp:
+    if is_array(x) and namespace(x) is xp:
         return x if device is None else xp.asarray(x, device=device)
     return xp.asarray(to_numpy(x), device=device)
 
@@ -133,14 +153,26 @@ def normal(generator, shape, *, xp, dtype="float64", device=None, scale=1.0):
     return xp.asarray(draws, dtype=as_dtype(xp, dtype), device=device)
 
 
-_GOLDEN = 0x9E3779B97F4A7C15
+def _int64(c):
+    """The int64 with the same 64 bits as the unsigned constant ``c``."""
+    return c - 2**64 if c >= 2**63 else c
 
 
-def _mix64(xp, h):
-    """SplitMix64's finaliser: a bijection of uint64 that scrambles every input bit."""
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EB
-    return h ^ (h >> 31)
+_GOLDEN = _int64(0x9E3779B97F4A7C15)
+_MIX1 = _int64(0xBF58476D1CE4E5B9)
+_MIX2 = _int64(0x94D049BB133111EB)
+
+
+def _shift_right(h, k):
+    """Logical right shift of int64 bits: the arithmetic shift, sign copies masked off."""
+    return (h >> k) & ((1 << (64 - k)) - 1)
+
+
+def _mix64(h):
+    """SplitMix64's finaliser: a bijection of 64-bit words that scrambles every input bit."""
+    h = (h ^ _shift_right(h, 30)) * _MIX1
+    h = (h ^ _shift_right(h, 27)) * _MIX2
+    return h ^ _shift_right(h, 31)
 
 
 def counter_uniform(xp, seed, step, sample_index, width, *, device=None):
@@ -148,15 +180,19 @@ def counter_uniform(xp, seed, step, sample_index, width, *, device=None):
 
     A counter-based generator: the number for one sample depends only on its key, never on
     which other samples share the call, so a batch split into micro-batches draws exactly
-    the numbers the whole batch would. Pure array-API uint64 arithmetic (wrapping multiply,
-    shifts, xor), so it runs in every namespace.
+    the numbers the whole batch would. SplitMix64 on 64-bit words held in int64 arrays:
+    wrapping multiply, xor and shifts give the same bits as unsigned arithmetic, and every
+    namespace has them (PyTorch has no uint64 multiply).
     """
-    u64 = xp.uint64
-    # (1, 1) arrays, not 0-d ones: NumPy warns about wrap-around only for scalars.
-    key = _mix64(xp, xp.asarray([[int(seed) % 2**64]], dtype=u64, device=device) + _GOLDEN)
-    key = _mix64(xp, key ^ xp.asarray([[int(step) % 2**64]], dtype=u64, device=device))
-    samples = xp.astype(xp.reshape(sample_index, (-1, 1)), u64)
-    features = xp.reshape(xp.arange(width, dtype=u64, device=device), (1, -1))
-    h = _mix64(xp, key ^ _mix64(xp, samples * _GOLDEN + features))
+    i64 = xp.int64
+
+    def word(value):  # (1, 1) arrays, not 0-d ones: NumPy warns about wrap-around for scalars
+        return xp.asarray([[_int64(int(value) % 2**64)]], dtype=i64, device=device)
+
+    key = _mix64(word(seed) + _GOLDEN)
+    key = _mix64(key ^ word(step))
+    samples = xp.astype(xp.reshape(sample_index, (-1, 1)), i64)
+    features = xp.reshape(xp.arange(width, dtype=i64, device=device), (1, -1))
+    h = _mix64(key ^ _mix64(samples * _GOLDEN + features))
     # The top 53 bits as a float64 in [0, 1), as NumPy's Generator does it.
-    return xp.astype(h >> 11, xp.float64) * (1.0 / 2**53)
+    return xp.astype(_shift_right(h, 11), xp.float64) * (1.0 / 2**53)

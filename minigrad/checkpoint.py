@@ -26,7 +26,7 @@ def _flatten(tree, path, arrays):
                 "tuple": isinstance(tree, tuple)}
     if tree is None or isinstance(tree, (bool, int, float, str)):
         return {"value": tree}
-    if hasattr(tree, "__array_namespace__") or isinstance(tree, np.generic):
+    if backend.is_array(tree) or isinstance(tree, np.generic):
         arrays[path] = np.asarray(backend.to_numpy(tree))
         return {"array": path}
     raise TypeError(f"cannot store {type(tree).__name__} at {path!r} in a checkpoint")

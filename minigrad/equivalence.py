@@ -39,6 +39,20 @@ def ulp_distance(a, b):
     return d.reshape(shape)
 
 
+def cosine(a, b):
+    """<a, b> / (|a| |b|) of two NumPy arrays as flat vectors, in [-1, 1].
+
+    Exactly 1.0 when ``a`` and ``b`` are equal (the formula itself rounds to 1 +- 1 ulp,
+    differently for each BLAS kernel); 1.0 for two zero vectors, 0.0 for one.
+    """
+    if np.array_equal(a, b):
+        return 1.0 if np.all(np.isfinite(a)) else float("nan")
+    norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
+    if norms == 0:
+        return 0.0
+    return min(1.0, max(-1.0, float(np.vdot(a, b)) / norms))
+
+
 def compare_arrays(a, b):
     """The four metrics of ``a`` (accumulated) against ``b`` (reference), as floats."""
     a, b = backend.to_numpy(a), backend.to_numpy(b)
@@ -47,12 +61,11 @@ def compare_arrays(a, b):
     diff = np.abs(a - b)
     scale = float(np.max(np.abs(b))) if b.size else 0.0
     max_abs = float(np.max(diff)) if diff.size else 0.0
-    norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
     return {
         "max_abs": max_abs,
         "max_rel": max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf")),
         "max_ulp": float(np.max(ulp_distance(a, b))) if a.size else 0.0,
-        "cosine": float(np.vdot(a, b)) / norms if norms > 0 else float(max_abs == 0),
+        "cosine": cosine(a, b),
     }
 
 

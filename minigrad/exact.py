@@ -31,7 +31,7 @@ def fractions(a):
 
     Every float converts exactly: ``Fraction(0.1)`` is the binary value 0.1 rounds to.
     """
-    a = np.asarray(backend.to_numpy(a) if hasattr(a, "__array_namespace__") else a)
+    a = np.asarray(backend.to_numpy(a) if backend.is_array(a) else a)
     return _to_fraction(a) if a.size else a.astype(object)
 
 

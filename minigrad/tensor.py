@@ -23,7 +23,7 @@ class Tensor:
     def __init__(self, data, requires_grad=False, *, dtype=None, xp=None, device=None):
         if isinstance(data, Tensor):
             data = data.data
-        if xp is not None or not hasattr(data, "__array_namespace__"):
+        if xp is not None or not backend.is_array(data):
             data = backend.move(data, backend.get_namespace(xp), device=device)
         self.xp = backend.namespace(data)
         if dtype is not None:
@@ -45,6 +45,8 @@ class Tensor:
                 backend.namespace(self.data, other.data)  # raises TypeError naming both
             return other
         if isinstance(other, (int, float)):
+            return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
+        if not backend.is_array(other):  # a list: this tensor's namespace, dtype and device
             return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
         return Tensor(other)._lift_check(self)
 
@@ -68,7 +70,7 @@ class Tensor:
     shape = property(lambda self: tuple(self.data.shape))
     dtype = property(lambda self: self.data.dtype)
     ndim = property(lambda self: self.data.ndim)
-    size = property(lambda self: self.data.size)
+    size = property(lambda self: backend.size(self.data))
     device = property(lambda self: backend.device(self.data))
     is_leaf = property(lambda self: self._backward is None)
 

@@ -19,20 +19,34 @@ settings.register_profile("fast", max_examples=25, deadline=None, derandomize=Tr
 settings.register_profile("long", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
-NAMESPACES = ("numpy", "array_api_strict")
+# numpy; array_api_strict (nothing NumPy-only is relied upon); torch: PyTorch CPU tensors
+# through array-api-compat, the stand-in for CuPy that runs without a GPU (no
+# __array_namespace__ attribute, refuses some mixes with NumPy). On a GPU machine add cupy:
+# MINIGRAD_TEST_NAMESPACES=numpy,array_api_strict,torch,cupy make test
+DEFAULT_NAMESPACES = "numpy,array_api_strict,torch"
+NAMESPACES = tuple(
+    name.strip()
+    for name in os.environ.get("MINIGRAD_TEST_NAMESPACES", DEFAULT_NAMESPACES).split(",")
+    if name.strip()
+)
+
+
+def _load(name):
+    """The namespace ``name``; skips (with the reason) where CuPy has no GPU to run on."""
+    if name == "cupy":
+        cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+        if not cupy.is_available():
+            pytest.skip("CuPy is installed but no CUDA GPU is available")
+    return backend.get_namespace(name)
 
 
 @pytest.fixture(params=NAMESPACES, ids=NAMESPACES, scope="session")
 def xp(request):
-    """The array-API namespace under test: NumPy (via array-api-compat), then the strict
-    reference namespace, so nothing NumPy-only is relied upon."""
-    return backend.get_namespace(request.param)
+    """The array-API namespace under test (see NAMESPACES)."""
+    return _load(request.param)
 
 
 @pytest.fixture(scope="session")
 def cupy_xp():
     """The CuPy namespace on a machine with CuPy and a CUDA GPU; skips with the reason elsewhere."""
-    cupy = pytest.importorskip("cupy", reason="CuPy not installed")
-    if not cupy.is_available():
-        pytest.skip("CuPy is installed but no CUDA GPU is available")
-    return backend.get_namespace("cupy")
+    return _load("cupy")

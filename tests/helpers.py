@@ -7,12 +7,15 @@ from minigrad.tensor import Tensor
 
 
 def to_np(tree):
-    """A NumPy copy of every array in a nested dict/list/tuple; other leaves as they are."""
+    """A NumPy copy of every array (or Tensor) in a nested dict/list/tuple; other leaves
+    as they are."""
     if isinstance(tree, dict):
         return {k: to_np(v) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return [to_np(v) for v in tree]
-    if hasattr(tree, "__array_namespace__"):
+    if isinstance(tree, Tensor):
+        tree = tree.data
+    if backend.is_array(tree):
         return np.array(backend.to_numpy(tree), copy=True)
     return tree
 
@@ -44,3 +47,9 @@ def as_numpy(a):
     """The NumPy array of a Tensor or array."""
     return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
 
+
+
+def uses_numpy_kernels(xp):
+    """Whether ``xp`` computes with NumPy's own functions (NumPy, array-api-strict), so that
+    the same operations on the same numbers give the same bits as NumPy does."""
+    return backend.namespace_name(xp) in ("numpy", "array_api_strict")

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import assert_same, to_np
+from helpers import assert_same, to_np, uses_numpy_kernels
 
 from minigrad import backend, checkpoint, nn, optim
 from minigrad.accumulate import Accumulator
@@ -114,11 +114,18 @@ def test_a_numpy_checkpoint_loads_into_any_namespace(xp, tmp_path):
     arrays += [p.grad for p in model.parameters()] + list(opt.state_dict()["mu"])
     assert all(backend.namespace(a) is xp for a in arrays)
     assert all(p.data.dtype == xp.float64 for p in model.parameters())
-    # Both runs go on, each in its own namespace, and stay equal bit for bit.
+    # Loading copies: the state is the saved one, bit for bit, in any namespace.
+    assert_same(everything(model, opt, scheduler, acc), everything(*parts))
+    # Both runs go on, each in its own namespace. Where xp computes with NumPy's own kernels
+    # they stay equal bit for bit; another library's kernels round differently (see
+    # test_resuming_mid_window_continues_exactly for exact resumption within xp).
     feed(parts[3], stream(numpy)[SAVE_AFTER:])
     feed(acc, stream(xp)[SAVE_AFTER:])
-    assert parts[3].update() == acc.update()
-    assert_same(everything(model, opt, scheduler, acc), everything(*parts))
+    losses = parts[3].update(), acc.update()
+    assert opt.step_count == parts[1].step_count == 3
+    if uses_numpy_kernels(xp):
+        assert losses[0] == losses[1]
+        assert_same(everything(model, opt, scheduler, acc), everything(*parts))
 
 
 # ----- refused files change nothing -------------------------------------------------------

@@ -298,8 +298,8 @@ def test_dyadic_linear_model_is_exact_for_every_split(xp):
     model = nn.MLP([1, 1], xp=xp)
     model[0].weight.data = xp.asarray([[0.5]], dtype=xp.float64)
     model[0].bias.data = xp.asarray([0.25], dtype=xp.float64)
-    x = xp.asarray([[1.0], [2.0], [3.0], [-1.0]])
-    y = xp.asarray([[0.0], [1.0], [0.0], [2.0]])
+    x = xp.asarray([[1.0], [2.0], [3.0], [-1.0]], dtype=xp.float64)
+    y = xp.asarray([[0.0], [1.0], [0.0], [2.0]], dtype=xp.float64)
     for sizes in ([4], [1, 3], [3, 1], [2, 2], [1, 1, 2], [2, 1, 1], [1, 1, 1, 1]):
         grads = to_np(accumulated_gradients(model, nn.MSELoss(), x, y, sizes=sizes))
         assert grads["0.weight"].tolist() == [[4.375]] and grads["0.bias"].tolist() == [0.25]
@@ -626,6 +626,6 @@ def test_batch_norm_in_eval_mode_is_full_batch_training(xp):
     assert worst <= 1.0
     spec = {"kind": "adam", "hyper": {"lr": 0.01, "weight_decay": 0.0}, "schedule": "constant",
             "max_grad_norm": None}
-    _, worst = replay_with_bound(make, spec, loss, [(x, y), (x[::-1, ...], y[::-1, ...])],
-                                 [1, 5, 2])
+    reversed_batch = (xp.flip(x, axis=0), xp.flip(y, axis=0))
+    _, worst = replay_with_bound(make, spec, loss, [(x, y), reversed_batch], [1, 5, 2])
     assert worst <= 1.0

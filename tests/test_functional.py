@@ -196,7 +196,7 @@ def test_log_softmax_and_cross_entropy_are_stable_at_1e4(xp, dtype):
 def test_cross_entropy_bad_input(xp):
     logits = _tensor(xp, [[0.0, 1.0, 2.0], [1.0, 0.0, 0.0]])
     with pytest.raises(TypeError, match="target.*integer.*float64"):
-        F.cross_entropy(logits, xp.asarray([0.0, 1.0]))
+        F.cross_entropy(logits, xp.asarray([0.0, 1.0], dtype=xp.float64))
     for labels in ([0, 3], [-1, 0]):
         with pytest.raises(ValueError, match=r"target labels.*\[0, 3\).*ignore_index=-100"):
             F.cross_entropy(logits, xp.asarray(labels))

@@ -58,7 +58,7 @@ def _max_gap(a, b):
 def test_three_virtual_batches_by_hand(xp):
     # virtual batches (1, 3), (0, 4), (10, 14): means 2, 2, 12; biased variances 1, 4, 4
     bn = nn.BatchNorm1d(1, ghost_batch_size=2, xp=xp)
-    out = bn(Tensor(xp.asarray([[1.0], [3.0], [0.0], [4.0], [10.0], [14.0]])))
+    out = bn(Tensor(xp.asarray([[1.0], [3.0], [0.0], [4.0], [10.0], [14.0]], dtype=xp.float64)))
     s1, s2 = 1 / np.sqrt(1 + 1e-5), 2 / np.sqrt(4 + 1e-5)
     np.testing.assert_allclose(out.numpy()[:, 0], [-s1, s1, -s2, s2, -s2, s2], rtol=1e-15)
     # running_mean: 0 -> 0.2 -> 0.38 -> 1.542; running_var (unbiased 2, 8, 8): 1 -> 1.1 ->

@@ -106,7 +106,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     logits = _tensor(logits)
     xp = logits.xp
     target = target.data if isinstance(target, Tensor) else target
-    if not hasattr(target, "__array_namespace__"):
+    if not backend.is_array(target):
         target = xp.asarray(target, device=logits.device)
     backend.namespace(logits.data, target)
     if not xp.isdtype(target.dtype, "integral"):

@@ -40,4 +40,4 @@ class MSELoss(Module):
 
     def num_items(self, target):
         target = target.data if isinstance(target, Tensor) else target
-        return int(target.size)
+        return backend.size(target)

@@ -38,7 +38,9 @@ def clip_by_global_norm(grads, max_norm, norm_type=2.0):
     xp = backend.namespace(*grads)
     norms = xp.stack([xp.linalg.vector_norm(g, ord=norm_type) for g in grads])
     total = xp.linalg.vector_norm(norms, ord=norm_type)
-    coef = max_norm / (total + 1e-6)
+    # An array over an array: PyTorch computes ``float / tensor`` as the float times the
+    # tensor's reciprocal, two roundings; array / array is one correctly rounded division.
+    coef = xp.asarray(max_norm, dtype=total.dtype, device=backend.device(total)) / (total + 1e-6)
     if not math.isfinite(float(total)) or float(coef) >= 1.0:
         return grads, float(total)
     return tuple(g * xp.astype(coef, g.dtype) for g in grads), float(total)
