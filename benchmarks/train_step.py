@@ -19,8 +19,8 @@ import time
 import numpy as np
 
 from minigrad import nn
+from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
-from minigrad.tensor import Tensor
 
 SIZES = (784, 1024, 1024, 10)
 TARGET = 1.3  # minigrad's best time should stay within this factor of hand-written NumPy's

@@ -1,5 +1,5 @@
 """``python -m minigrad``: the same as the ``minigrad`` command."""
 
-from minigrad.cli import main
+from minigrad.apps.cli import main
 
 raise SystemExit(main())

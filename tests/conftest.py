@@ -37,7 +37,7 @@ def _load(name):
         cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
         if not cupy.is_available():
             pytest.skip("CuPy is installed but no CUDA GPU is available")
-    return backend.get_namespace(name)
+    return backend.resolve_namespace(name)
 
 
 @pytest.fixture(params=NAMESPACES, ids=NAMESPACES, scope="session")

@@ -20,7 +20,7 @@ import autograd.numpy as anp
 import numpy as np
 
 from minigrad import backend
-from minigrad.tensor import Tensor, no_grad
+from minigrad.engine.tensor import Tensor, no_grad
 
 EPS = np.finfo(np.float64).eps
 
@@ -80,7 +80,7 @@ def check_op(spec, xp):
     out.backward(xp.asarray(w))
     for i, (t, x) in enumerate(zip(inputs, xs)):
         # (a)
-        assert backend.namespace(t.grad) is xp, f"{spec.name}: grad {i} namespace"
+        assert backend.get_namespace(t.grad) is xp, f"{spec.name}: grad {i} namespace"
         assert backend.device(t.grad) == backend.device(t.data), f"{spec.name}: grad {i} device"
         assert t.grad.dtype == t.data.dtype, f"{spec.name}: grad {i} dtype"
         assert tuple(t.grad.shape) == x.shape, f"{spec.name}: grad {i} shape"

@@ -3,7 +3,7 @@
 import numpy as np
 
 from minigrad import backend
-from minigrad.tensor import Tensor
+from minigrad.engine.tensor import Tensor
 
 
 def to_np(tree):
@@ -39,8 +39,8 @@ def assert_same(a, b, path="state"):
 
 def other_namespace(xp):
     """The namespace of the fixture that is not ``xp``."""
-    name = "array_api_strict" if xp is backend.get_namespace("numpy") else "numpy"
-    return backend.get_namespace(name)
+    name = "array_api_strict" if xp is backend.resolve_namespace("numpy") else "numpy"
+    return backend.resolve_namespace(name)
 
 
 def as_numpy(a):

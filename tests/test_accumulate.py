@@ -83,7 +83,7 @@ def classification(xp, n=N, classes=4, seed=0, ignored=()):
 
 def full_batch_gradients(model, loss_fn, x, y, dropout_step=0):
     """The textbook full-batch gradient: ``loss_fn`` (a mean) on all of x, then backward."""
-    xp = backend.namespace(x)
+    xp = backend.get_namespace(x)
     with nn.dropout_keys(dropout_step, xp.arange(x.shape[0])):
         loss_fn(model(x), y).backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
@@ -244,7 +244,7 @@ def test_row_division_once_uneven_splits_give_the_full_batch_gradient(xp, sizes)
     x, y = regression(xp)
     full = full_batch_gradients(model, nn.MSELoss(), x, y)
     accumulated = accumulated_gradients(model, nn.MSELoss(), x, y, sizes=sizes)
-    assert all(backend.namespace(g) is xp and g.dtype == xp.float64
+    assert all(backend.get_namespace(g) is xp and g.dtype == xp.float64
                for g in accumulated.values())
     assert_same(to_np(accumulated), to_np(full))
 

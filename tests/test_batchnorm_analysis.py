@@ -11,13 +11,13 @@ import pytest
 
 from minigrad import backend, nn, optim
 from minigrad.accumulate import accumulated_gradients
-from minigrad.batchnorm_analysis import (
+from minigrad.analysis.batchnorm import (
     forward_gap,
     gradient_divergence,
     running_stat_drift,
     training_curves,
 )
-from minigrad.data import digits
+from minigrad.apps.data import digits
 
 U = np.finfo(np.float64).eps / 2  # unit roundoff
 N = 32

@@ -107,12 +107,12 @@ def test_resuming_mid_window_continues_exactly(xp, tmp_path, kind):
 
 
 def test_a_numpy_checkpoint_loads_into_any_namespace(xp, tmp_path):
-    numpy = backend.get_namespace("numpy")
+    numpy = backend.resolve_namespace("numpy")
     path, parts = saved_mid_window(numpy, tmp_path)
     model, opt, scheduler, acc = load_fresh(path, xp)
     arrays = [p.data for p in model.parameters()] + [b for _, b in model.named_buffers()]
     arrays += [p.grad for p in model.parameters()] + list(opt.state_dict()["mu"])
-    assert all(backend.namespace(a) is xp for a in arrays)
+    assert all(backend.get_namespace(a) is xp for a in arrays)
     assert all(p.data.dtype == xp.float64 for p in model.parameters())
     # Loading copies: the state is the saved one, bit for bit, in any namespace.
     assert_same(everything(model, opt, scheduler, acc), everything(*parts))

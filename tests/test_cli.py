@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from minigrad import cli, data
+from minigrad.apps import cli, data
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 

@@ -80,8 +80,13 @@ from hypothesis import strategies as st
 
 from minigrad import backend, nn, optim
 from minigrad.accumulate import Accumulator, accumulated_gradients, step
-from minigrad.equivalence import compare_arrays, gradient_report, trajectory_report, ulp_distance
-from minigrad.tensor import Tensor, no_grad
+from minigrad.analysis.equivalence import (
+    compare_arrays,
+    gradient_report,
+    trajectory_report,
+    ulp_distance,
+)
+from minigrad.engine.tensor import Tensor, no_grad
 
 U = 2.0**-53  # unit roundoff of float64
 
@@ -141,7 +146,7 @@ def condition_number(model, loss, x, y, step_index=0):
     when the values of a group nearly coincide. MSE's residual out - y does the same with
     max(|out| + |y|) / max|out - y|. kappa is the product.
     """
-    xp = backend.namespace(x)
+    xp = backend.get_namespace(x)
     h, magnitude, kappa = Tensor(x), np.abs(backend.to_numpy(x)), 1.0
     with no_grad(), nn.dropout_keys(step_index, xp.arange(x.shape[0])):
         for layer in model:

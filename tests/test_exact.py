@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from minigrad import nn, optim
 from minigrad.accumulate import step
-from minigrad.exact import fractions, gradients_equal, to_exact, trajectories_equal
+from minigrad.analysis.exact import fractions, gradients_equal, to_exact, trajectories_equal
 
 
 @st.composite

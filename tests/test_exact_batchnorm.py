@@ -17,7 +17,7 @@ from test_equivalence import (
 
 from minigrad import backend, nn, optim
 from minigrad.accumulate import step
-from minigrad.equivalence import float_state
+from minigrad.analysis.equivalence import float_state
 
 U = np.finfo(np.float64).eps / 2  # float64 unit roundoff
 
@@ -113,7 +113,7 @@ def test_one_update_equals_full_batch_for_any_split_and_depth(xp, problem):
 
 @given(problem=problems())
 def test_trajectories_and_running_statistics_equal_full_batch(problem):
-    xp = backend.get_namespace("numpy")
+    xp = backend.resolve_namespace("numpy")
     sizes, n, split, seed, activation = problem
     x, y = data(xp, n, sizes[0], sizes[-1], seed)
     full, _, full_losses = train(sizes, xp, x, y, nn.CrossEntropyLoss(), 3, seed=seed,

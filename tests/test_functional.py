@@ -13,9 +13,9 @@ from helpers import other_namespace as _other
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minigrad.engine.tensor import Tensor
 from minigrad.nn import Dropout, dropout_keys
 from minigrad.nn import functional as F
-from minigrad.tensor import Tensor
 
 GELU_C = math.sqrt(2.0 / math.pi)
 

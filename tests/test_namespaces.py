@@ -13,7 +13,7 @@ import pytest
 
 from minigrad import backend, checkpoint, nn, optim
 from minigrad.accumulate import Accumulator, accumulated_gradients, step
-from minigrad.tensor import Tensor
+from minigrad.engine.tensor import Tensor
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def assert_placed(found, xp, device):
     assert found
     for where, array in found.items():
         assert backend.is_array(array), f"{where} is a {type(array).__name__}, not an array"
-        assert backend.namespace(array) is xp, f"{where} left {backend.namespace_name(xp)}"
+        assert backend.get_namespace(array) is xp, f"{where} left {backend.namespace_name(xp)}"
         assert backend.device(array) == device, f"{where} is on {backend.device(array)}"
 
 
@@ -97,7 +97,7 @@ def test_streaming_accumulator_and_ghost_batchnorm_keep_arrays_in_place(place):
 
 def test_checkpoints_load_onto_the_models_device(place, tmp_path):
     xp, device = place
-    numpy = backend.get_namespace("numpy")
+    numpy = backend.resolve_namespace("numpy")
     source = nn.MLP([3, 5, 4], norm="batch", xp=numpy)
     opt = optim.Adam(source.parameters(), lr=0.01)
     x, y = data(numpy, None)

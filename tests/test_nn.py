@@ -13,8 +13,8 @@ from helpers import as_numpy as _np
 from helpers import other_namespace as _other
 
 from minigrad import backend, nn
+from minigrad.engine.tensor import Parameter, Tensor
 from minigrad.nn import functional as F
-from minigrad.tensor import Parameter, Tensor
 
 EPS = 1e-5
 GELU_C = math.sqrt(2.0 / math.pi)
@@ -327,7 +327,7 @@ def test_state_dict_round_trip_in_and_across_namespaces(xp):
         target.load_state_dict(source.state_dict())
         _assert_same_state(target, expected)
         for name, value in target.state_dict().items():
-            assert backend.namespace(value) is target_xp, name
+            assert backend.get_namespace(value) is target_xp, name
         assert target.state_dict()["1.num_batches_tracked"].dtype == target_xp.int64
         assert all(p.xp is target_xp for p in target.parameters())
     # the loaded arrays are copies: training the source further leaves the target as it was
@@ -362,13 +362,13 @@ def test_to_moves_every_parameter_and_buffer(xp):
     assert model.to(xp) is model
     _assert_same_state(model, before)
     for name, p in model.named_parameters():
-        assert backend.namespace(p.data) is xp, name
+        assert backend.get_namespace(p.data) is xp, name
         assert p.xp is xp, name
         assert p.grad is None, name  # the old gradients belong to the old arrays
     for name, b in model.named_buffers():
-        assert backend.namespace(b) is xp, name
+        assert backend.get_namespace(b) is xp, name
     out = model.eval()(_tensor(xp, np.ones((2, 3))))  # eval: the buffers stay as they are
-    assert backend.namespace(out.data) is xp
+    assert backend.get_namespace(out.data) is xp
 
     model.to(dtype="float32")
     assert all(p.dtype == xp.float32 for p in model.parameters())
@@ -394,7 +394,7 @@ def test_linear_forward_is_x_at_w_transpose_plus_b(xp):
     assert np.array_equal(_np(out), x @ w.T + b)
     assert np.array_equal(_np(out), [[5.5, -4.0], [8.0, -5.25]])
     assert out.shape == (2, 2)
-    assert backend.namespace(out.data) is xp
+    assert backend.get_namespace(out.data) is xp
 
 
 def test_linear_init(xp):
@@ -457,7 +457,7 @@ def test_batchnorm_tiny_case_by_hand(xp):
     assert _np(bn.running_var)[0] == pytest.approx(0.9 * 1.0 + 0.1 * 8.0, rel=1e-15)  # 1.7
     assert int(bn.num_batches_tracked) == 2
     assert bn.num_batches_tracked.dtype == xp.int64
-    assert backend.namespace(bn.running_var) is xp
+    assert backend.get_namespace(bn.running_var) is xp
 
 
 def test_batchnorm_3d_input_by_hand(xp):
@@ -615,7 +615,7 @@ def test_float32_mlp_gives_float32_outputs_and_grads(xp, norm):
     loss.backward()
     for name, p in model.named_parameters():
         assert p.grad.dtype == xp.float32, name
-        assert backend.namespace(p.grad) is xp, name
+        assert backend.get_namespace(p.grad) is xp, name
     for name, b in model.named_buffers():
         if name.endswith("running_mean") or name.endswith("running_var"):
             assert b.dtype == xp.float32, name

@@ -80,7 +80,7 @@ def test_minigrad_gradients_equal_autograd_gradients(xp, config, activation, dat
 @given(config=mlp_configs(), data=st.data())
 def test_accumulation_is_equivalent_in_autograd_too(config, data):
     """Item-weighted accumulation over any split, inside the other engine."""
-    xp = backend.get_namespace("numpy")
+    xp = backend.resolve_namespace("numpy")
     n = data.draw(st.integers(1, 24), label="batch size")
     sizes = data.draw(partitions(n), label="micro-batch sizes")
     x, y, loss = make_data(xp, config, n, data.draw(st.integers(0, 2**32 - 1)))
@@ -97,7 +97,7 @@ def test_dropout_of_one_drops_everything_in_both_engines():
     (The reference used to compute 0 / 0 = NaN for the kept-unit scale 1 / (1 - p).)"""
     config = {"sizes": [3, 4, 2], "activation": "tanh", "norm": None, "dropout": 1.0,
               "loss": "mse", "seed": 0}
-    xp = backend.get_namespace("numpy")
+    xp = backend.resolve_namespace("numpy")
     x, y, loss = make_data(xp, config, 5, 0)
     make = factory(xp, config)
     expected = reference.accumulated_gradients(make(), loss, x, y)

@@ -1,5 +1,6 @@
 """Layers, losses and the MLP, with PyTorch names and semantics."""
 
+from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional
 from minigrad.nn.dropout import Dropout, dropout_keys
 from minigrad.nn.layers import GELU, Identity, Linear, ReLU, Sequential, Sigmoid, Tanh
@@ -7,7 +8,6 @@ from minigrad.nn.loss import CrossEntropyLoss, MSELoss
 from minigrad.nn.mlp import MLP
 from minigrad.nn.module import Module
 from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
-from minigrad.tensor import Parameter
 
 __all__ = [
     "BatchNorm1d", "CrossEntropyLoss", "Dropout", "GELU", "GroupNorm", "Identity", "LayerNorm",

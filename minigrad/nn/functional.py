@@ -6,8 +6,9 @@ finite values and gradients. Everything else needs no backward code.
 
 import math
 
-from minigrad import backend
-from minigrad.tensor import Tensor, take_along_axis
+from minigrad.engine import backend
+from minigrad.engine.functions import take_along_axis
+from minigrad.engine.tensor import Tensor, primitive
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -38,9 +39,9 @@ def sigmoid(x):
     out = xp.where(x.data >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
     def backward(g):
-        return (g * (out * (1.0 - out)),)
+        return g * (out * (1.0 - out))
 
-    return x._make(out, (x,), backward)
+    return primitive(out, (x,), backward)
 
 
 def gelu(x):
@@ -65,9 +66,9 @@ def log_softmax(x, axis=-1):
     out = shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
 
     def backward(g):
-        return (g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True),)
+        return g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True)
 
-    return x._make(out, (x,), backward)
+    return primitive(out, (x,), backward)
 
 
 def softmax(x, axis=-1):
@@ -108,7 +109,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     target = target.data if isinstance(target, Tensor) else target
     if not backend.is_array(target):
         target = xp.asarray(target, device=logits.device)
-    backend.namespace(logits.data, target)
+    backend.get_namespace(logits.data, target)
     if not xp.isdtype(target.dtype, "integral"):
         raise TypeError(f"target must hold integer class indices, got dtype {target.dtype}")
     if logits.ndim == 0:

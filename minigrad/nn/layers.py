@@ -2,10 +2,10 @@
 
 import math
 
-from minigrad import backend
+from minigrad.engine import backend
+from minigrad.engine.tensor import Parameter, Tensor
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
-from minigrad.tensor import Parameter, Tensor
 
 
 class Linear(Module):
@@ -22,7 +22,7 @@ class Linear(Module):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.in_features, self.out_features = in_features, out_features
-        xp = backend.get_namespace(xp)
+        xp = backend.resolve_namespace(xp)
         gen = backend.rng(generator)
         bound = 1.0 / math.sqrt(in_features)
         draw = dict(xp=xp, dtype=dtype, device=device)

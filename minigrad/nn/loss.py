@@ -4,10 +4,10 @@
 the number of non-ignored targets for cross-entropy, the number of elements for MSE.
 """
 
-from minigrad import backend
+from minigrad.engine import backend
+from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
-from minigrad.tensor import Tensor
 
 
 class CrossEntropyLoss(Module):
@@ -23,7 +23,7 @@ class CrossEntropyLoss(Module):
 
     def num_items(self, target):
         target = target.data if isinstance(target, Tensor) else target
-        xp = backend.namespace(target)
+        xp = backend.get_namespace(target)
         return int(xp.sum(xp.astype(target != self.ignore_index, xp.int64)))
 
 

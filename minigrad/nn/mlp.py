@@ -1,6 +1,6 @@
 """MLP: the model every notebook, test and command trains."""
 
-from minigrad import backend
+from minigrad.engine import backend
 from minigrad.nn.dropout import Dropout
 from minigrad.nn.layers import GELU, Linear, ReLU, Sequential, Sigmoid, Tanh
 from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm

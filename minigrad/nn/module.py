@@ -11,8 +11,8 @@
 ['scale']
 """
 
-from minigrad import backend
-from minigrad.tensor import Parameter, Tensor
+from minigrad.engine import backend
+from minigrad.engine.tensor import Parameter, Tensor
 
 
 class Module:
@@ -118,16 +118,28 @@ class Module:
             p.grad = None
 
     # ----- state ---------------------------------------------------------------------------
+    def _entries(self):
+        """``(dotted name, module, table, name)`` of every parameter and buffer: the one walk
+        that ``state_dict``, ``load_state_dict``, ``set_buffers`` and ``to`` share."""
+        for prefix, module in self.named_modules():
+            for table in (module._parameters, module._buffers):
+                for name in table:
+                    yield (f"{prefix}.{name}" if prefix else name), module, table, name
+
     def state_dict(self):
         """Dotted name -> array, parameters then buffers of each module, like ``torch``."""
         state = {}
-        for prefix, module in self.named_modules():
-            for table in (module._parameters, module._buffers):
-                for name, value in table.items():
-                    if value is not None:
-                        array = value.data if isinstance(value, Tensor) else value
-                        state[f"{prefix}.{name}" if prefix else name] = array
+        for key, _, table, name in self._entries():
+            value = table[name]
+            if value is not None:
+                state[key] = value.data if isinstance(value, Tensor) else value
         return state
+
+    def set_buffers(self, buffers):
+        """Replace buffers by dotted name (``{"1.running_mean": array, ...}``); others stay."""
+        for key, module, table, name in self._entries():
+            if key in buffers and table is module._buffers:
+                table[name] = buffers[key]
 
     def load_state_dict(self, state):
         """Copy arrays from ``state`` into this module's parameters and buffers.
@@ -142,43 +154,39 @@ class Module:
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
         staged = {}
         for name, target in own.items():
-            value = backend.move(state[name], backend.namespace(target),
+            value = backend.move(state[name], backend.get_namespace(target),
                                  device=backend.device(target))
             if tuple(value.shape) != tuple(target.shape):
                 raise ValueError(f"state_dict[{name!r}] has shape {tuple(value.shape)}, "
                                  f"expected {tuple(target.shape)}")
-            staged[name] = backend.namespace(target).astype(value, target.dtype, copy=True)
-        for prefix, module in self.named_modules():
-            for table in (module._parameters, module._buffers):
-                for name, value in table.items():
-                    key = f"{prefix}.{name}" if prefix else name
-                    if key not in staged:
-                        continue
-                    if isinstance(value, Tensor):
-                        value.data = staged[key]
-                    else:
-                        table[name] = staged[key]
+            staged[name] = backend.get_namespace(target).astype(value, target.dtype, copy=True)
+        for key, _, table, name in self._entries():
+            if key not in staged:
+                continue
+            if isinstance(table[name], Tensor):
+                table[name].data = staged[key]
+            else:
+                table[name] = staged[key]
 
     def to(self, xp=None, device=None, dtype=None):
         """Move every parameter and buffer to namespace ``xp`` / ``device`` / float ``dtype``.
 
         Gradients are dropped (they belong to the old arrays). Returns ``self``.
         """
-        target = backend.get_namespace(xp) if xp is not None else None
-        for _, module in self.named_modules():
-            for table in (module._parameters, module._buffers):
-                for name, value in table.items():
-                    if value is None:
-                        continue
-                    array = value.data if isinstance(value, Tensor) else value
-                    ns = target or backend.namespace(array)
-                    array = backend.move(array, ns, device=device)
-                    if dtype is not None and backend.is_floating(ns, array):
-                        array = ns.astype(array, backend.as_dtype(ns, dtype))
-                    if isinstance(value, Tensor):
-                        value.data, value.xp, value.grad = array, ns, None
-                    else:
-                        table[name] = array
+        target = backend.resolve_namespace(xp) if xp is not None else None
+        for _, _, table, name in self._entries():
+            value = table[name]
+            if value is None:
+                continue
+            array = value.data if isinstance(value, Tensor) else value
+            ns = target or backend.get_namespace(array)
+            array = backend.move(array, ns, device=device)
+            if dtype is not None and backend.is_floating(ns, array):
+                array = ns.astype(array, backend.as_dtype(ns, dtype))
+            if isinstance(value, Tensor):
+                value.data, value.xp, value.grad = array, ns, None
+            else:
+                table[name] = array
         return self
 
     def __repr__(self):

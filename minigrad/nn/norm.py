@@ -6,9 +6,9 @@ BatchNorm1d over the batch (so samples are coupled, and micro-batching changes r
 GroupNorm and LayerNorm within each sample (so micro-batching does not).
 """
 
-from minigrad import backend
+from minigrad.engine import backend
+from minigrad.engine.tensor import Parameter, Tensor, no_grad
 from minigrad.nn.module import Module
-from minigrad.tensor import Parameter, Tensor, no_grad
 
 
 def _affine_params(module, shape, xp, dtype, device):
@@ -17,7 +17,7 @@ def _affine_params(module, shape, xp, dtype, device):
     module.bias = Parameter(xp.zeros(shape, dtype=dt, device=device))
 
 
-def normalize(x, axes, eps):
+def standardize(x, axes, eps):
     """(x - mean) / sqrt(var + eps) over ``axes``, with the biased variance; also the stats."""
     mean = x.mean(axis=axes, keepdims=True)
     centered = x - mean
@@ -25,7 +25,7 @@ def normalize(x, axes, eps):
     return centered / (var + eps).sqrt(), mean, var
 
 
-def ghost_normalize(x, size, eps):
+def ghost_standardize(x, size, eps):
     """``normalize`` over the batch, separately within consecutive virtual batches of ``size``.
 
     With the one-hot membership M (N x G), M[i, j] = [i // size == j], and n_j values per
@@ -82,7 +82,7 @@ class BatchNorm1d(Module):
         self.ghost_batch_size = ghost_batch_size
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        xp = backend.get_namespace(xp)
+        xp = backend.resolve_namespace(xp)
         dt = backend.as_dtype(xp, dtype)
         if affine:
             _affine_params(self, (num_features,), xp, dtype, device)
@@ -105,8 +105,8 @@ class BatchNorm1d(Module):
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
         use_batch = self.training or not self.track_running_stats
         if self.training and self.global_stats is not None:
-            # Exact accumulation (minigrad.exact_batchnorm): whole-batch statistics.
-            x_hat = self.global_stats.normalize(x, axes)
+            # Exact accumulation (minigrad.accumulate.exact_batchnorm): whole-batch statistics.
+            x_hat = self.global_stats.standardize(x, axes)
         elif self.training and (self.ghost_batch_size or x.shape[0]) < x.shape[0]:
             # virtual batches; ghost_batch_size >= N is one: plain BatchNorm, below
             x_hat = self._ghost_forward(x)
@@ -115,7 +115,7 @@ class BatchNorm1d(Module):
             if count < 2:  # as torch, also in eval mode without running statistics
                 raise ValueError("BatchNorm1d with batch statistics needs more than 1 value "
                                  f"per channel, got input of shape {x.shape}")
-            x_hat, mean, var = normalize(x, axes, self.eps)
+            x_hat, mean, var = standardize(x, axes, self.eps)
             if self.training and self.track_running_stats:
                 self.update_running_stats(mean.data, var.data, count)
         else:
@@ -136,7 +136,7 @@ class BatchNorm1d(Module):
             raise ValueError(f"BatchNorm1d(ghost_batch_size={g}) needs more than 1 value per "
                              f"channel in every virtual batch; input of shape {x.shape} "
                              f"leaves {counts[-1]} in the last one")
-        x_hat, mean, var = ghost_normalize(x, g, self.eps)
+        x_hat, mean, var = ghost_standardize(x, g, self.eps)
         if self.track_running_stats:
             for j, count in enumerate(counts):
                 self.update_running_stats(mean.data[j, ...], var.data[j, ...], count)
@@ -145,7 +145,7 @@ class BatchNorm1d(Module):
     def update_running_stats(self, mean, var, count):
         """One running-statistics update from batch mean and biased variance of ``count``."""
         with no_grad():
-            xp = backend.namespace(mean)
+            xp = backend.get_namespace(mean)
             self.num_batches_tracked = self.num_batches_tracked + 1
             m = self.momentum
             if m is None:
@@ -171,7 +171,7 @@ class GroupNorm(Module):
         self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
                                                                     eps, affine)
         if affine:
-            _affine_params(self, (num_channels,), backend.get_namespace(xp), dtype, device)
+            _affine_params(self, (num_channels,), backend.resolve_namespace(xp), dtype, device)
 
     def forward(self, x):
         x = x if isinstance(x, Tensor) else Tensor(x)
@@ -179,7 +179,7 @@ class GroupNorm(Module):
             raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}) expects input "
                              f"of shape (N, {self.num_channels}, ...), got {x.shape}")
         n = x.shape[0]
-        x_hat, _, _ = normalize(x.reshape(n, self.num_groups, -1), (2,), self.eps)
+        x_hat, _, _ = standardize(x.reshape(n, self.num_groups, -1), (2,), self.eps)
         x_hat = x_hat.reshape(x.shape)
         if self.affine:
             shape = (1, self.num_channels) + (1,) * (x.ndim - 2)
@@ -200,7 +200,8 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(shape), eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            _affine_params(self, self.normalized_shape, backend.get_namespace(xp), dtype, device)
+            xp = backend.resolve_namespace(xp)
+            _affine_params(self, self.normalized_shape, xp, dtype, device)
 
     def forward(self, x):
         x = x if isinstance(x, Tensor) else Tensor(x)
@@ -208,7 +209,7 @@ class LayerNorm(Module):
         if x.shape[x.ndim - k:] != self.normalized_shape:
             raise ValueError(f"LayerNorm{self.normalized_shape} got an input of shape "
                              f"{x.shape}; its trailing dimensions must match")
-        x_hat, _, _ = normalize(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
+        x_hat, _, _ = standardize(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
         if self.elementwise_affine:
             x_hat = x_hat * self.weight + self.bias
         return x_hat

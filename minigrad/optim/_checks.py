@@ -8,7 +8,7 @@ import math
 import numbers
 from fractions import Fraction
 
-from minigrad import backend
+from minigrad.engine import backend
 
 
 def real(name, value, *, low=0.0, below=None):
@@ -58,7 +58,7 @@ def check_like(arrays, params, label, indices=None):
     for i, a, p in zip(indices, arrays, params):
         name = label.format(i)
         try:
-            backend.namespace(a, p)
+            backend.get_namespace(a, p)
         except TypeError as err:
             raise TypeError(f"{name} is not an array of its parameter's namespace: {err}") from None
         if backend.device(a) != backend.device(p):

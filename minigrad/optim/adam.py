@@ -23,7 +23,7 @@ as ``lerp(m, g, 1 - beta_1)``, the same value up to rounding.)
 
 from typing import NamedTuple
 
-from minigrad import backend
+from minigrad.engine import backend
 from minigrad.optim import _checks
 
 
@@ -37,8 +37,8 @@ class AdamState(NamedTuple):
 
 def init(params):
     """The state before the first update: t = 0, m = v = 0 in each parameter's dtype/device."""
-    mu = tuple(backend.namespace(p).zeros_like(p) for p in params)
-    nu = tuple(backend.namespace(p).zeros_like(p) for p in params)
+    mu = tuple(backend.get_namespace(p).zeros_like(p) for p in params)
+    nu = tuple(backend.get_namespace(p).zeros_like(p) for p in params)
     return AdamState(count=0, mu=mu, nu=nu)
 
 
@@ -68,7 +68,7 @@ def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weigh
             g = g + h["weight_decay"] * p
         m = b1 * m + (1.0 - b1) * g
         v = b2 * v + (1.0 - b2) * g * g
-        denom = backend.namespace(v).sqrt(v) / bias_correction2_sqrt + h["eps"]
+        denom = backend.get_namespace(v).sqrt(v) / bias_correction2_sqrt + h["eps"]
         new_params.append(p - step_size * m / denom)
         mu.append(m)
         nu.append(v)

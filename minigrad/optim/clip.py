@@ -17,9 +17,9 @@ each micro-batch's gradient is a different (and split-dependent) operation.
 
 import math
 
-from minigrad import backend
+from minigrad.engine import backend
+from minigrad.engine.tensor import Tensor
 from minigrad.optim import _checks
-from minigrad.tensor import Tensor
 
 
 def clip_by_global_norm(grads, max_norm, norm_type=2.0):
@@ -35,7 +35,7 @@ def clip_by_global_norm(grads, max_norm, norm_type=2.0):
     grads = tuple(grads)
     if not grads:
         return grads, 0.0
-    xp = backend.namespace(*grads)
+    xp = backend.get_namespace(*grads)
     norms = xp.stack([xp.linalg.vector_norm(g, ord=norm_type) for g in grads])
     total = xp.linalg.vector_norm(norms, ord=norm_type)
     # An array over an array: PyTorch computes ``float / tensor`` as the float times the

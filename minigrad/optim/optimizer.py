@@ -1,6 +1,6 @@
 """PyTorch-style stateful optimizers around the pure ``init``/``update`` rules.
 
->>> from minigrad.tensor import Parameter
+>>> from minigrad.engine.tensor import Parameter
 >>> w = Parameter([1.0])
 >>> opt = SGD([w], lr=0.25, momentum=0.5)
 >>> (w * 4.0).sum().backward()
@@ -9,9 +9,9 @@
 (array([0.]), 1)
 """
 
-from minigrad import backend
+from minigrad.engine import backend
+from minigrad.engine.tensor import Tensor
 from minigrad.optim import _checks, adam, adamw, sgd
-from minigrad.tensor import Tensor
 
 
 class Optimizer:
@@ -135,7 +135,7 @@ class AdamW(Optimizer):
 def _like(value, param, name):
     """``value`` moved to ``param``'s namespace and device, cast to its dtype (a copy), as
     ``Module.load_state_dict`` does, so a checkpoint saved from NumPy loads anywhere."""
-    xp = backend.namespace(param)
+    xp = backend.get_namespace(param)
     value = backend.move(value, xp, device=backend.device(param))
     if tuple(value.shape) != tuple(param.shape):
         raise ValueError(f"{name} has shape {tuple(value.shape)}, "

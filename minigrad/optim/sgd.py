@@ -21,7 +21,7 @@ weight_decay = lambda, momentum = mu, dampening = tau):
 
 from typing import NamedTuple
 
-from minigrad import backend
+from minigrad.engine import backend
 from minigrad.optim import _checks
 
 
@@ -69,7 +69,7 @@ def update(grads, state, params, *, lr, momentum=0.0, dampening=0.0, nesterov=Fa
         if h["momentum"] != 0:
             if state.mu is None:
                 # a copy, so that the state never aliases the caller's gradient array
-                b = backend.namespace(g).asarray(g, copy=True)
+                b = backend.get_namespace(g).asarray(g, copy=True)
             else:
                 b = h["momentum"] * state.mu[i] + (1 - h["dampening"]) * g
             new_mu.append(b)

@@ -18,11 +18,12 @@ every m.
 
 import numpy as np
 
-from minigrad import backend, nn, optim
+from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients, micro_batches, split_sizes, step
-from minigrad.equivalence import cosine, trajectory_report
-from minigrad.nn.norm import normalize
-from minigrad.tensor import Tensor, no_grad
+from minigrad.analysis.equivalence import cosine, trajectory_report
+from minigrad.engine import backend
+from minigrad.engine.tensor import Tensor, no_grad
+from minigrad.nn.norm import standardize
 
 
 def vector_gap(a, b):
@@ -92,7 +93,7 @@ def _normalized_inputs(model, x, sizes):
         parts = []
         for h in inputs[name]:
             axes = (0,) if h.ndim == 2 else (0, 2)
-            parts.append(backend.to_numpy(normalize(h, axes, eps)[0].data))
+            parts.append(backend.to_numpy(standardize(h, axes, eps)[0].data))
         x_hat[name] = np.concatenate(parts, axis=0)
     return x_hat
 
@@ -157,7 +158,7 @@ def training_curves(data, norms=("batch", "group", "layer"), micro_batch_size=16
 
     An MLP [D, *hidden, classes] with the norm after each hidden Linear, cross-entropy and
     SGD(lr, momentum), trained on ``data = (x_train, y_train, x_test, y_test)`` (NumPy, e.g.
-    ``minigrad.data.digits()``: the data sets live in the apps layer above). Each epoch
+    ``minigrad.apps.data.digits()``: the data sets live in the apps layer above). Each epoch
     visits the training set in one seeded order shared by both runs, in global batches of
     ``global_batch_size`` (a shorter last one is dropped), one ``accumulate.step`` each:
     whole, or in micro-batches of ``micro_batch_size``. ``train_loss`` is the mean of the

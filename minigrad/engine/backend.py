@@ -1,6 +1,6 @@
 """Array namespaces, devices, dtypes and seeded random numbers.
 
-Every other layer calls ``namespace(x)`` once at its boundary and then uses only
+Every other layer calls ``get_namespace(x)`` once at its boundary and then uses only
 ``xp.*`` functions, so the same code runs on NumPy, array-api-strict and CuPy.
 This is the only engine module that imports NumPy: random numbers are drawn with a
 seeded NumPy ``Generator`` (the array API has no random API) and moved to the
@@ -17,7 +17,7 @@ def _name(xp):
     return getattr(xp, "__name__", repr(xp))
 
 
-def namespace(*arrays):
+def get_namespace(*arrays):
     """The array-API namespace shared by ``arrays``; ``TypeError`` naming both if they differ."""
     try:
         return array_api_compat.array_namespace(*arrays)
@@ -36,7 +36,7 @@ def namespace(*arrays):
         ) from err
 
 
-def get_namespace(xp=None):
+def resolve_namespace(xp=None):
     """Resolve ``xp`` (a module such as ``numpy``, a name like ``"array_api_strict"``, or
     ``None`` for NumPy) to its array-API-compatible namespace."""
     if xp is None:
@@ -124,8 +124,8 @@ def to_numpy(x):
 
 def move(x, xp, device=None):
     """Array ``x`` as an array of namespace ``xp`` (on ``device``); a no-op when already there."""
-    xp = get_namespace(xp) if not hasattr(xp, "asarray") else xp
-    if is_array(x) and namespace(x) is xp:
+    xp = resolve_namespace(xp) if not hasattr(xp, "asarray") else xp
+    if is_array(x) and get_namespace(x) is xp:
         return x if device is None else xp.asarray(x, device=device)
     return xp.asarray(to_numpy(x), device=device)
 

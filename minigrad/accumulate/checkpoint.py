@@ -12,7 +12,7 @@ import zipfile
 
 import numpy as np
 
-from minigrad import backend
+from minigrad.engine import backend
 
 FORMAT = "minigrad-checkpoint-1"
 

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from minigrad import backend
+from minigrad.engine import backend
 
 
 def _labels(n_samples, n_classes, generator):
@@ -89,7 +89,7 @@ def digits(seed=0, test_fraction=0.25):
 def to_namespace(x, y, xp=None, *, dtype="float64", device=None):
     """``(x, y)`` as arrays of namespace ``xp`` (NumPy when None): x in float ``dtype``,
     y in int64."""
-    xp = backend.get_namespace(xp)
+    xp = backend.resolve_namespace(xp)
     x = backend.move(x, xp, device=device)
     y = backend.move(y, xp, device=device)
     return xp.astype(x, backend.as_dtype(xp, dtype)), xp.astype(y, xp.int64)

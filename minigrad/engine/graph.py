@@ -1,8 +1,9 @@
 """The reverse walk over the graph of Tensors, and the one place broadcasting is undone.
 
 A node is a Tensor: ``_parents`` (its inputs) and ``_backward`` (``g`` -> one gradient per
-input, written beside each primitive's forward in ``minigrad.tensor``); a leaf has no
-``_backward``. Nothing here depends on what the primitives are.
+input, written beside each primitive's forward in ``minigrad.engine.tensor``); a leaf has no
+``_backward``. A one-input backward returns a bare gradient, wrapped here once.
+Nothing here depends on what the primitives are.
 """
 
 from contextlib import contextmanager
@@ -46,7 +47,10 @@ def backward(root, gradient):
                 g = xp.astype(g, node.dtype)
             leaves.append((node, g))
             continue
-        for parent, pg in zip(node._parents, node._backward(g)):
+        grads_in = node._backward(g)
+        if len(node._parents) == 1:
+            grads_in = (grads_in,)  # a one-input backward returns a bare gradient
+        for parent, pg in zip(node._parents, grads_in):
             if pg is None or not parent.requires_grad:
                 continue
             if not hasattr(pg, "shape"):  # a bare Fraction from a 0-d object array
@@ -69,6 +73,22 @@ def unbroadcast(xp, g, shape):
     if stretched:
         g = xp.sum(g, axis=stretched, keepdims=True)
     return g
+
+
+def kept_shape(shape, axis):
+    """The shape of a sum over ``axis`` with ``keepdims=True``."""
+    if axis is None:
+        return (1,) * len(shape)
+    axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def reduced_count(shape, axis):
+    """How many elements a sum over ``axis`` adds into each result (a mean divides by it)."""
+    count = 1
+    for full, kept in zip(shape, kept_shape(shape, axis)):
+        count *= full // kept if kept else 1
+    return count
 
 
 def topological_order(root):

@@ -8,9 +8,10 @@ import argparse
 import contextlib
 import time
 
-from minigrad import data, nn
+from minigrad import nn
+from minigrad.apps import data
+from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
-from minigrad.tensor import Tensor
 
 
 def _at_least(kind, low, strict):

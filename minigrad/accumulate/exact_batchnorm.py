@@ -26,9 +26,10 @@ backward work of plain accumulation. Running statistics are updated once per ste
 the global mean and unbiased variance, as full-batch training does.
 """
 
-from minigrad import backend, nn
-from minigrad.accumulate import micro_batches, run_window
-from minigrad.tensor import Tensor, no_grad
+from minigrad import nn
+from minigrad.accumulate.accumulator import run_window
+from minigrad.accumulate.split import micro_batches
+from minigrad.engine import Tensor, backend, no_grad, primitive
 
 
 class GlobalStatistics:
@@ -42,7 +43,7 @@ class GlobalStatistics:
         self.mean = self.var = self.A = self.B = None
         self.count = 0
 
-    def normalize(self, x, axes):
+    def standardize(self, x, axes):
         """x_hat of a micro-batch: records moments ("stats") or uses global ones ("fixed")."""
         xp = x.xp
         if self.mode == "stats":
@@ -59,10 +60,10 @@ class GlobalStatistics:
                 b = xp.sum(g * x_hat, axis=axes, keepdims=True)
                 self.A = a if self.A is None else self.A + a
                 self.B = b if self.B is None else self.B + b
-                return (None,)  # this pass only needs A and B: stop here
-            return ((g - self.A / self.count - x_hat * (self.B / self.count)) * scale,)
+                return None  # this pass only needs A and B: stop here
+            return (g - self.A / self.count - x_hat * (self.B / self.count)) * scale
 
-        return x._make(x_hat, (x,), backward)
+        return primitive(x_hat, (x,), backward)
 
     def finish_stats(self):
         """Merge the micro-batch moments (Chan et al.): global mean and biased variance."""
@@ -86,7 +87,7 @@ def _batchnorms(model):
                     and m.training]
 
 
-def accumulate(acc, x, y, sizes):
+def run_exact_window(acc, x, y, sizes):
     """Fill ``acc`` with the full-batch BatchNorm gradient of ``(x, y)`` split by ``sizes``,
     then update. Returns the mean loss, or ``None`` if the update was skipped.
 
@@ -99,7 +100,7 @@ def accumulate(acc, x, y, sizes):
     step_index = acc.optimizer.step_count
 
     def run(xj, start, upto=None):
-        index = backend.namespace(xj).arange(start, start + xj.shape[0],
+        index = backend.get_namespace(xj).arange(start, start + xj.shape[0],
                                              device=backend.device(xj))
         with nn.dropout_keys(step_index, index):
             out = xj

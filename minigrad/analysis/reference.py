@@ -12,11 +12,12 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 
-from minigrad import backend, nn
+from minigrad import nn
 from minigrad.accumulate import as_loss, micro_batches, split_sizes
+from minigrad.engine import backend
 
 
-def _normalize(x, axes, eps):
+def _standardize(x, axes, eps):
     mean = anp.mean(x, axis=axes, keepdims=True)
     var = anp.mean((x - mean) ** 2, axis=axes, keepdims=True)
     return (x - mean) / anp.sqrt(var + eps)
@@ -37,14 +38,14 @@ def _layer(module, take, x, sample_index, step):
         return 0.5 * x * (1.0 + anp.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
     if isinstance(module, nn.LayerNorm):
         k = len(module.normalized_shape)
-        y = _normalize(x, tuple(range(x.ndim - k, x.ndim)), module.eps)
+        y = _standardize(x, tuple(range(x.ndim - k, x.ndim)), module.eps)
         if module.elementwise_affine:
             w, b = take(2)
             y = y * w + b
         return y
     if isinstance(module, nn.GroupNorm):
         n = x.shape[0]
-        y = anp.reshape(_normalize(anp.reshape(x, (n, module.num_groups, -1)), (2,),
+        y = anp.reshape(_standardize(anp.reshape(x, (n, module.num_groups, -1)), (2,),
                                    module.eps), x.shape)
         if module.affine:
             w, b = take(2)
@@ -52,7 +53,7 @@ def _layer(module, take, x, sample_index, step):
         return y
     if isinstance(module, nn.BatchNorm1d):
         if module.training or not module.track_running_stats:
-            y = _normalize(x, (0,), module.eps)
+            y = _standardize(x, (0,), module.eps)
         else:
             rm = backend.to_numpy(module.running_mean)
             rv = backend.to_numpy(module.running_var)
@@ -66,7 +67,7 @@ def _layer(module, take, x, sample_index, step):
             return x
         if module.p == 1.0:  # as functional.dropout: no 0 / 0
             return x * 0.0
-        xp = backend.get_namespace(np)
+        xp = backend.resolve_namespace(np)
         u = backend.counter_uniform(xp, module.seed, step, sample_index, x.shape[1])
         return x * ((u >= module.p) / (1.0 - module.p))
     raise TypeError(f"no autograd reference for layer {type(module).__name__}")

@@ -18,8 +18,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from minigrad import backend, nn, optim
+from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients, step
+from minigrad.engine import backend
 
 EXACT_LAYERS = (nn.Linear, nn.ReLU, nn.Identity, nn.Sequential)
 

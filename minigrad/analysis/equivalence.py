@@ -13,8 +13,8 @@ All numbers are plain Python floats in plain dicts, ready for a table or a plot.
 
 import numpy as np
 
-from minigrad import backend
 from minigrad.accumulate import accumulated_gradients, split_sizes, step
+from minigrad.engine import backend
 
 
 def ulp_distance(a, b):
@@ -124,4 +124,4 @@ def trajectory_report(model_factory, optimizer_factory, loss_fn, batches, *,
 def float_state(model):
     """Parameters and floating-point buffers (running statistics), by dotted name."""
     return {name: array for name, array in model.state_dict().items()
-            if backend.is_floating(backend.namespace(array), array)}
+            if backend.is_floating(backend.get_namespace(array), array)}

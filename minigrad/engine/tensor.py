@@ -2,7 +2,7 @@
 
 Each primitive computes its forward value and, right beside it, a ``backward(g)`` that
 maps the gradient ``g`` of the output to one gradient per input (``None`` where an input
-needs none). The reverse walk itself is in ``minigrad.graph``, and so is the ONE place
+needs none). The reverse walk itself is in ``minigrad.engine.graph``, and so is the ONE place
 where broadcasting is undone; no primitive sums over broadcast axes itself.
 
 >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -11,10 +11,10 @@ where broadcasting is undone; no primitive sums over broadcast axes itself.
 array([2., 4., 6.])
 """
 
-from minigrad import backend, graph
-from minigrad.graph import is_grad_enabled, no_grad
+from minigrad.engine import backend, graph
+from minigrad.engine.graph import is_grad_enabled, no_grad
 
-__all__ = ["Parameter", "Tensor", "is_grad_enabled", "maximum", "no_grad", "take_along_axis"]
+__all__ = ["Parameter", "Tensor", "is_grad_enabled", "no_grad", "primitive"]
 
 
 class Tensor:
@@ -24,8 +24,8 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         if xp is not None or not backend.is_array(data):
-            data = backend.move(data, backend.get_namespace(xp), device=device)
-        self.xp = backend.namespace(data)
+            data = backend.move(data, backend.resolve_namespace(xp), device=device)
+        self.xp = backend.get_namespace(data)
         if dtype is not None:
             data = self.xp.astype(data, backend.as_dtype(self.xp, dtype))
         if requires_grad and not backend.is_differentiable(self.xp, data):
@@ -42,7 +42,7 @@ class Tensor:
         """``other`` as a Tensor of this namespace; Python scalars take this tensor's dtype."""
         if isinstance(other, Tensor):
             if other.xp is not self.xp:
-                backend.namespace(self.data, other.data)  # raises TypeError naming both
+                backend.get_namespace(self.data, other.data)  # raises TypeError naming both
             return other
         if isinstance(other, (int, float)):
             return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
@@ -52,19 +52,8 @@ class Tensor:
 
     def _lift_check(self, ref):
         if self.xp is not ref.xp:
-            backend.namespace(ref.data, self.data)
+            backend.get_namespace(ref.data, self.data)
         return self
-
-    def _make(self, data, parents, backward):
-        if not hasattr(data, "shape"):
-            # NumPy object (Fraction) arrays give bare scalars for 0-d results.
-            data = self.xp.asarray(data, dtype=self.dtype)
-        out = Tensor.__new__(Tensor)
-        out.data, out.xp, out.grad = data, self.xp, None
-        out.requires_grad = graph.is_grad_enabled() and any(p.requires_grad for p in parents)
-        out._parents = parents if out.requires_grad else ()
-        out._backward = backward if out.requires_grad else None
-        return out
 
     # ----- properties ------------------------------------------------------------------
     shape = property(lambda self: tuple(self.data.shape))
@@ -100,15 +89,10 @@ class Tensor:
         def backward(g):
             return g, g
 
-        return self._make(self.data + other.data, (self, other), backward)
+        return primitive(self.data + other.data, (self, other), backward)
 
     def __sub__(self, other):
-        other = self._lift(other)
-
-        def backward(g):
-            return g, -g
-
-        return self._make(self.data - other.data, (self, other), backward)
+        return self + (-self._lift(other))  # negation is exact: the same bits as x - y
 
     def __mul__(self, other):
         other = self._lift(other)
@@ -117,9 +101,10 @@ class Tensor:
         def backward(g):
             return g * y, g * x
 
-        return self._make(x * y, (self, other), backward)
+        return primitive(x * y, (self, other), backward)
 
     def __truediv__(self, other):
+        # A primitive, not self * (1 / other): that would round twice.
         other = self._lift(other)
         x, y = self.data, other.data
         out = x / y
@@ -128,13 +113,13 @@ class Tensor:
             gx = g / y
             return gx, -gx * out
 
-        return self._make(out, (self, other), backward)
+        return primitive(out, (self, other), backward)
 
     def __neg__(self):
         def backward(g):
-            return (-g,)
+            return -g
 
-        return self._make(-self.data, (self,), backward)
+        return primitive(-self.data, (self,), backward)
 
     def __pow__(self, p):
         if not isinstance(p, (int, float)):
@@ -142,9 +127,9 @@ class Tensor:
         x = self.data
 
         def backward(g):
-            return (g * (p * x ** (p - 1)) if p != 0 else g * 0.0,)
+            return g * (p * x ** (p - 1)) if p != 0 else g * 0.0
 
-        return self._make(x**p, (self,), backward)
+        return primitive(x**p, (self,), backward)
 
     def __radd__(self, other):
         return self._lift(other) + self
@@ -163,33 +148,33 @@ class Tensor:
         out = self.xp.exp(self.data)
 
         def backward(g):
-            return (g * out,)
+            return g * out
 
-        return self._make(out, (self,), backward)
+        return primitive(out, (self,), backward)
 
     def log(self):
         x = self.data
 
         def backward(g):
-            return (g / x,)
+            return g / x
 
-        return self._make(self.xp.log(x), (self,), backward)
+        return primitive(self.xp.log(x), (self,), backward)
 
     def sqrt(self):
         out = self.xp.sqrt(self.data)
 
         def backward(g):
-            return (g / (2.0 * out),)
+            return g / (2.0 * out)
 
-        return self._make(out, (self,), backward)
+        return primitive(out, (self,), backward)
 
     def tanh(self):
         out = self.xp.tanh(self.data)
 
         def backward(g):
-            return (g * (1.0 - out * out),)
+            return g * (1.0 - out * out)
 
-        return self._make(out, (self,), backward)
+        return primitive(out, (self,), backward)
 
     def relu(self):
         """max(x, 0); relu'(0) = 0 as in PyTorch.
@@ -202,9 +187,9 @@ class Tensor:
         mask = xp.astype(x > 0, x.dtype)
 
         def backward(g):
-            return (g * mask,)
+            return g * mask
 
-        return self._make(xp.maximum(x, xp.zeros_like(x)), (self,), backward)
+        return primitive(xp.maximum(x, xp.zeros_like(x)), (self,), backward)
 
     # ----- reductions and shape ------------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
@@ -212,13 +197,13 @@ class Tensor:
 
         def backward(g):
             if not keepdims:
-                g = xp.reshape(g, _kept_shape(shape, axis))
-            return (xp.broadcast_to(g, shape),)
+                g = xp.reshape(g, graph.kept_shape(shape, axis))
+            return xp.broadcast_to(g, shape)
 
-        return self._make(xp.sum(self.data, axis=axis, keepdims=keepdims), (self,), backward)
+        return primitive(xp.sum(self.data, axis=axis, keepdims=keepdims), (self,), backward)
 
     def mean(self, axis=None, keepdims=False):
-        count = _count(self.shape, axis)
+        count = graph.reduced_count(self.shape, axis)
         return self.sum(axis=axis, keepdims=keepdims) / count
 
     def reshape(self, *shape):
@@ -226,9 +211,9 @@ class Tensor:
         xp, old = self.xp, self.shape
 
         def backward(g):
-            return (xp.reshape(g, old),)
+            return xp.reshape(g, old)
 
-        return self._make(xp.reshape(self.data, tuple(shape)), (self,), backward)
+        return primitive(xp.reshape(self.data, tuple(shape)), (self,), backward)
 
     def transpose(self, axes=None):
         """Permute the axes (reverse them when ``axes`` is None), like ``numpy.transpose``."""
@@ -238,9 +223,9 @@ class Tensor:
         inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
         def backward(g):
-            return (xp.permute_dims(g, inverse),)
+            return xp.permute_dims(g, inverse)
 
-        return self._make(xp.permute_dims(self.data, axes), (self,), backward)
+        return primitive(xp.permute_dims(self.data, axes), (self,), backward)
 
     @property
     def T(self):
@@ -309,11 +294,38 @@ class Tensor:
             gradient = backend.ones_like(xp, self.data)
         else:
             gradient = gradient.data if isinstance(gradient, Tensor) else gradient
-            backend.namespace(self.data, gradient)
+            backend.get_namespace(self.data, gradient)
             if tuple(gradient.shape) != self.shape:
                 raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
                                  f"expected the output's shape {self.shape}")
         graph.backward(self, gradient)
+
+
+def primitive(data, inputs, backward):
+    """A new primitive's result: the Tensor holding ``data``, computed from ``inputs``.
+
+    ``backward(g)`` maps the gradient of the result to the gradient of each input: a bare
+    array when there is one input, a tuple otherwise (``None`` where an input needs none).
+    The reverse walk undoes broadcasting, so a backward returns gradients of the result's
+    shape where an input was broadcast. This is the one way to define a primitive:
+
+    >>> def cube(x):
+    ...     return primitive(x.data ** 3, (x,), lambda g: g * 3 * x.data ** 2)
+    >>> x = Tensor([2.0], requires_grad=True)
+    >>> cube(x).sum().backward()
+    >>> x.grad
+    array([12.])
+    """
+    first = inputs[0]
+    if not hasattr(data, "shape"):
+        # NumPy object (Fraction) arrays give bare scalars for 0-d results.
+        data = first.xp.asarray(data, dtype=first.dtype)
+    out = Tensor.__new__(Tensor)
+    out.data, out.xp, out.grad = data, first.xp, None
+    out.requires_grad = graph.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    out._parents = tuple(inputs) if out.requires_grad else ()
+    out._backward = backward if out.requires_grad else None
+    return out
 
 
 class Parameter(Tensor):
@@ -335,61 +347,4 @@ def _matmul(a, b):
         gy = xp.matrix_transpose(x) @ g if b.requires_grad else None
         return gx, gy
 
-    return a._make(x @ y, (a, b), backward)
-
-
-def maximum(a, b):
-    """Elementwise max; at ties the gradient is split in half between both, as in PyTorch."""
-    if not isinstance(a, Tensor):  # a scalar takes b's namespace and dtype, as in a + b
-        a = b._lift(a) if isinstance(b, Tensor) else Tensor(a)
-    b = a._lift(b)
-    xp, x, y = a.xp, a.data, b.data
-
-    def backward(g):
-        half = g * 0.5
-        zero = xp.zeros_like(g)
-        gx = xp.where(x > y, g, xp.where(x == y, half, zero))
-        gy = xp.where(y > x, g, xp.where(x == y, half, zero))
-        return gx, gy
-
-    return a._make(xp.maximum(x, y), (a, b), backward)
-
-
-def take_along_axis(x, indices, axis=-1):
-    """Gather ``x`` along ``axis`` at integer ``indices`` (no gradient for the indices).
-
-    The backward scatters ``g`` back with a one-hot product, since the array API has no
-    scatter-add: cost O(indices.size * x.shape[axis]), fine for cross-entropy's one index.
-    """
-    xp = x.xp
-    idx = indices.data if isinstance(indices, Tensor) else indices
-    backend.namespace(x.data, idx)
-    if not xp.isdtype(idx.dtype, "integral"):
-        raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
-    axis = axis % x.ndim
-    n = x.shape[axis]
-
-    def backward(g):
-        g_last = xp.moveaxis(g, axis, -1)[..., None]
-        idx_last = xp.moveaxis(idx, axis, -1)[..., None]
-        classes = xp.arange(n, dtype=idx.dtype, device=backend.device(idx))
-        onehot = xp.astype(idx_last == classes, g.dtype)
-        scattered = xp.sum(g_last * onehot, axis=-2)
-        return (xp.moveaxis(scattered, -1, axis),)
-
-    return x._make(xp.take_along_axis(x.data, idx, axis=axis), (x,), backward)
-
-
-def _kept_shape(shape, axis):
-    """The shape of a sum over ``axis`` with ``keepdims=True``."""
-    if axis is None:
-        return (1,) * len(shape)
-    axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
-    return tuple(1 if i in axes else n for i, n in enumerate(shape))
-
-
-def _count(shape, axis):
-    count = 1
-    for full, kept in zip(shape, _kept_shape(shape, axis)):
-        count *= full // kept if kept else 1
-    return count
+    return primitive(x @ y, (a, b), backward)

@@ -1,0 +1,50 @@
+"""Gradient accumulation: many micro-batches, ONE optimizer update.
+
+For a global batch B split into micro-batches B_1..B_k of any sizes and a loss that is a
+mean over items (samples, or non-ignored targets), the full-batch gradient is
+
+    g = (1 / |items(B)|) * sum_j sum_{i in B_j} grad l_i
+
+so the rule is: accumulate per-item SUMS, divide ONCE by the item count of the whole
+window (``normalize="items"``, the default, right for every split). The textbook loop,
+each micro-batch mean divided by k (``normalize="micro_batches"``), is kept by name for
+teaching: it is wrong for uneven splits and for ``ignore_index``. ``"sum"`` never divides.
+
+Everything that happens "per step" happens once per optimizer update:
+
+============================  =============================================  =========
+what                          when                                           how often
+============================  =============================================  =========
+zeroing of gradients          after each update (and before ``step``)        1 / update
+division by the item count    on the summed gradient, just before clipping   1 / update
+gradient clipping             on the accumulated, divided gradient           1 / update
+optimizer step (Adam's t,     ``optimizer.step()``                           1 / update
+weight decay, momentum)
+learning-rate schedule        ``scheduler.step()`` after the update          1 / update
+dropout masks                 keyed by (seed, update count, sample index)    1 / update
+BatchNorm running statistics  every forward in training mode                 k / update
+============================  =============================================  =========
+
+The last row is the exception minigrad shows rather than hides: BatchNorm couples the
+samples of a micro-batch, so accumulated BatchNorm training is not full-batch training.
+
+A non-finite loss or gradient never reaches the parameters: the update is refused
+(``FloatingPointError``) or, with ``on_nonfinite="skip"``, dropped; the parameters, the
+optimizer, the schedule and the model's buffers stay exactly as they were.
+"""
+
+from minigrad.accumulate import checkpoint, exact_batchnorm
+from minigrad.accumulate.accumulator import (
+    NORMALIZE,
+    ON_NONFINITE,
+    Accumulator,
+    Window,
+    as_loss,
+    run_window,
+)
+from minigrad.accumulate.split import micro_batches, split_sizes
+from minigrad.accumulate.update import accumulated_gradients, step
+
+__all__ = ["NORMALIZE", "ON_NONFINITE", "Accumulator", "Window", "accumulated_gradients",
+           "as_loss", "checkpoint", "exact_batchnorm", "micro_batches", "run_window",
+           "split_sizes", "step"]

@@ -1,0 +1,79 @@
+"""One optimizer update from a whole global batch split into micro-batches, and the
+gradient that update would use, without updating."""
+
+from minigrad.accumulate.accumulator import Accumulator, run_window
+from minigrad.accumulate.exact_batchnorm import run_exact_window
+from minigrad.accumulate.split import micro_batches, split_sizes
+
+
+def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_batches=None,
+         sizes=None, normalize="items", max_grad_norm=None, scheduler=None,
+         on_nonfinite="raise", batchnorm="micro"):
+    """Exactly ONE optimizer update from the whole ``(x, y)``; returns its mean loss per item.
+
+    The batch is split by ``micro_batch_size``, ``num_micro_batches`` or explicit ``sizes``
+    (none of them: full-batch training). Any stale gradients are dropped first. If any
+    micro-batch fails or is not finite, nothing is updated (see the module docstring).
+
+    ``batchnorm="micro"`` lets BatchNorm use each micro-batch's statistics, as every
+    framework does (not equivalent to full batch); ``"exact"`` runs the extra passes of
+    ``minigrad.accumulate.exact_batchnorm`` so the update equals the full-batch one (``normalize``
+    must then be ``"items"``).
+
+    >>> import numpy as np
+    >>> from minigrad import nn, optim
+    >>> model = nn.MLP([2, 4, 1], seed=0)
+    >>> opt = optim.SGD(model.parameters(), lr=0.1)
+    >>> x, y = np.ones((6, 2)), np.zeros((6, 1))
+    >>> loss = step(model, nn.MSELoss(), opt, x, y, micro_batch_size=4)
+    >>> opt.step_count
+    1
+    """
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} samples but y has {y.shape[0]}")
+    given = [a for a in (micro_batch_size, num_micro_batches, sizes) if a is not None]
+    if len(given) > 1:
+        raise ValueError("give at most one of micro_batch_size, num_micro_batches, sizes")
+    if sizes is None:
+        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
+    if batchnorm not in ("micro", "exact"):
+        raise ValueError(f"batchnorm must be 'micro' or 'exact', got {batchnorm!r}")
+    if batchnorm == "exact" and normalize != "items":
+        raise ValueError(f"batchnorm='exact' needs normalize='items', got {normalize!r}")
+    acc = Accumulator(model, loss_fn, optimizer, normalize=normalize,
+                      max_grad_norm=max_grad_norm, scheduler=scheduler,
+                      on_nonfinite=on_nonfinite)
+    run = run_exact_window if batchnorm == "exact" else run_window
+    saved = acc._snapshot()
+    acc.discard()
+    try:
+        mean_loss = run(acc, x, y, sizes)
+    except Exception:
+        acc._restore(saved)
+        raise
+    if mean_loss is None:  # skipped: a non-finite value with on_nonfinite="skip"
+        acc._restore(saved)
+        return float("nan")
+    return mean_loss
+
+
+def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
+                          num_micro_batches=None, sizes=None, normalize="items", step_index=0):
+    """Name -> the gradient ``step`` would hand the optimizer, without updating anything.
+
+    The model's ``.grad`` are left as they were; BatchNorm running statistics do move
+    (once per micro-batch), as in training. Dropout masks are keyed by ``step_index``.
+    """
+    if sizes is None:
+        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
+    acc = Accumulator(model, loss_fn, None, normalize=normalize, step_index=step_index)
+    saved = [p.grad for p in acc.params]
+    acc.discard()
+    try:
+        for _, xj, yj in micro_batches(x, y, sizes):
+            acc.add(xj, yj)
+        grads = acc.gradients()
+    finally:
+        for p, g in zip(acc.params, saved):
+            p.grad = g
+    return dict(zip((name for name, _ in model.named_parameters()), grads))

@@ -1,0 +1,6 @@
+"""The analysis layer: equivalence reports (full batch vs accumulated), the exact Fraction
+mode, the HIPS-autograd reference and the BatchNorm divergence measurements."""
+
+from minigrad.analysis import batchnorm, equivalence, exact, reference
+
+__all__ = ["batchnorm", "equivalence", "exact", "reference"]

@@ -1,0 +1,47 @@
+"""Primitives of two inputs that are functions rather than Tensor methods."""
+
+from minigrad.engine import backend
+from minigrad.engine.tensor import Tensor, primitive
+
+
+def maximum(a, b):
+    """Elementwise max; at ties the gradient is split in half between both, as in PyTorch."""
+    if not isinstance(a, Tensor):  # a scalar takes b's namespace and dtype, as in a + b
+        a = b._lift(a) if isinstance(b, Tensor) else Tensor(a)
+    b = a._lift(b)
+    xp, x, y = a.xp, a.data, b.data
+
+    def backward(g):  # each input gets its share: 1 where it is larger, 1/2 at ties
+        return g * _share(xp, x, y), g * _share(xp, y, x)
+
+    return primitive(xp.maximum(x, y), (a, b), backward)
+
+
+def _share(xp, x, y):
+    """1 where x > y, 1/2 where x == y, 0 elsewhere, in x's dtype."""
+    return (xp.astype(x > y, x.dtype) + xp.astype(x >= y, x.dtype)) * 0.5
+
+
+def take_along_axis(x, indices, axis=-1):
+    """Gather ``x`` along ``axis`` at integer ``indices`` (no gradient for the indices).
+
+    The backward scatters ``g`` back with a one-hot product, since the array API has no
+    scatter-add: cost O(indices.size * x.shape[axis]), fine for cross-entropy's one index.
+    """
+    xp = x.xp
+    idx = indices.data if isinstance(indices, Tensor) else indices
+    backend.get_namespace(x.data, idx)
+    if not xp.isdtype(idx.dtype, "integral"):
+        raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
+    axis = axis % x.ndim
+    n = x.shape[axis]
+
+    def backward(g):
+        g_last = xp.moveaxis(g, axis, -1)[..., None]
+        idx_last = xp.moveaxis(idx, axis, -1)[..., None]
+        classes = xp.arange(n, dtype=idx.dtype, device=backend.device(idx))
+        onehot = xp.astype(idx_last == classes, g.dtype)
+        scattered = xp.sum(g_last * onehot, axis=-2)
+        return xp.moveaxis(scattered, -1, axis)
+
+    return primitive(xp.take_along_axis(x.data, idx, axis=axis), (x,), backward)
