@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check minigrad tests benchmarks
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 # The long hypothesis profile: many more examples per property (see tests/conftest.py).

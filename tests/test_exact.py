@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from minigrad import nn, optim
 from minigrad.accumulate import step
-from minigrad.analysis.exact import fractions, gradients_equal, to_exact, trajectories_equal
+from minigrad.analysis.exact import gradients_equal, to_exact, to_fractions, trajectories_equal
 
 
 @st.composite
@@ -92,7 +92,7 @@ def test_textbook_normalisation_is_exact_for_even_splits(problem):
 def test_exact_step_keeps_fractions_and_counts_one_update():
     model = to_exact(nn.MLP([2, 3, 1], seed=1))
     opt = optim.SGD(model.parameters(), lr=Fraction(1, 8), momentum=Fraction(1, 2))
-    x, y = fractions(np.ones((5, 2))), fractions(np.zeros((5, 1)))
+    x, y = to_fractions(np.ones((5, 2))), to_fractions(np.zeros((5, 1)))
     loss = step(model, nn.MSELoss(), opt, x, y, sizes=[2, 3])
     assert isinstance(loss, Fraction)
     assert opt.step_count == 1

@@ -4,16 +4,16 @@ BatchNorm depth, while plain accumulation is not."""
 
 import numpy as np
 import pytest
-from helpers import to_np
-from hypothesis import given
-from hypothesis import strategies as st
-from test_equivalence import (
+from bounds import (
     bound_ratio,
     condition_number,
     gamma,
     gradient_bound,
     per_item_gradients,
 )
+from helpers import to_np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minigrad import backend, nn, optim
 from minigrad.accumulate import step

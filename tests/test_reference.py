@@ -19,10 +19,7 @@ long profile is 0.04.
 """
 
 import numpy as np
-from helpers import to_np
-from hypothesis import given, target
-from hypothesis import strategies as st
-from test_equivalence import (
+from bounds import (
     bound_ratio,
     condition_number,
     factory,
@@ -32,6 +29,9 @@ from test_equivalence import (
     partitions,
     per_item_gradients,
 )
+from helpers import to_np
+from hypothesis import given, target
+from hypothesis import strategies as st
 
 from minigrad import backend, nn, reference
 from minigrad.accumulate import accumulated_gradients

@@ -27,7 +27,7 @@ EXACT_LAYERS = (nn.Linear, nn.ReLU, nn.Identity, nn.Sequential)
 _to_fraction = np.vectorize(Fraction, otypes=[object])
 
 
-def fractions(a):
+def to_fractions(a):
     """Array ``a`` (any namespace, or nested lists) as a NumPy object array of ``Fraction``.
 
     Every float converts exactly: ``Fraction(0.1)`` is the binary value 0.1 rounds to.
@@ -47,7 +47,7 @@ def to_exact(model):
             raise TypeError(f"exact mode supports Linear and ReLU layers only; "
                             f"{name or 'the model'} is {type(module).__name__}")
     for p in model.parameters():
-        p.data, p.grad = fractions(p.data), None
+        p.data, p.grad = to_fractions(p.data), None
     return model
 
 
@@ -59,7 +59,7 @@ def gradients_equal(model_factory, x, y, sizes, normalize="items"):
 
     Returns ``(equal, accumulated, full)`` with the two ``name -> array`` dicts.
     """
-    x, y = fractions(x), fractions(y)
+    x, y = to_fractions(x), to_fractions(y)
     full = accumulated_gradients(to_exact(model_factory()), nn.MSELoss(), x, y)
     acc = accumulated_gradients(to_exact(model_factory()), nn.MSELoss(), x, y, sizes=sizes,
                                 normalize=normalize)
@@ -80,7 +80,7 @@ def trajectories_equal(model_factory, batches, sizes, *, lr, momentum=0, dampeni
     optimizers = [optim.SGD(m.parameters(), **hyper) for m in models]
     equal = True
     for x, y in batches:
-        x, y = fractions(x), fractions(y)
+        x, y = to_fractions(x), to_fractions(y)
         step(models[0], nn.MSELoss(), optimizers[0], x, y)
         step(models[1], nn.MSELoss(), optimizers[1], x, y, sizes=sizes)
         states = [m.state_dict() for m in models]
