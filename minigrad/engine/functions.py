@@ -5,7 +5,11 @@ from minigrad.engine.tensor import Tensor, primitive
 
 
 def maximum(a, b):
-    """Elementwise max; at ties the gradient is split in half between both, as in PyTorch."""
+    """Elementwise max; at ties the gradient is split in half between both, as in PyTorch.
+
+    The backward multiplies ``g`` by each input's share (as ``relu`` multiplies by its mask):
+    an inf or NaN upstream gradient gives NaN for the smaller input, where torch gives 0.
+    """
     if not isinstance(a, Tensor):  # a scalar takes b's namespace and dtype, as in a + b
         a = b._lift(a) if isinstance(b, Tensor) else Tensor(a)
     b = a._lift(b)

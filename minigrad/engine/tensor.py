@@ -44,9 +44,9 @@ class Tensor:
             if other.xp is not self.xp:
                 backend.get_namespace(self.data, other.data)  # raises TypeError naming both
             return other
-        if isinstance(other, (int, float)):
-            return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
-        if not backend.is_array(other):  # a list: this tensor's namespace, dtype and device
+        # Python scalars (NumPy's float64 scalar is one) and lists: this tensor's namespace,
+        # dtype and device.
+        if isinstance(other, (int, float)) or not backend.is_array(other):
             return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
         return Tensor(other)._lift_check(self)
 
