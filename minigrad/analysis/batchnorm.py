@@ -20,22 +20,11 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients, micro_batches, split_sizes, step
-from minigrad.analysis.equivalence import cosine, trajectory_report
+from minigrad.analysis.equivalence import trajectory_report
+from minigrad.analysis.metrics import eval_accuracy, vector_gap
 from minigrad.engine import backend
 from minigrad.engine.tensor import Tensor, no_grad
 from minigrad.nn.norm import standardize
-
-
-def vector_gap(a, b):
-    """``a`` (accumulated) against ``b`` (reference) as flat vectors, with 2-norms:
-    rel_error = |a - b| / |b| and cosine = <a, b> / (|a| |b|)."""
-    a = np.ravel(backend.to_numpy(a))
-    b = np.ravel(backend.to_numpy(b))
-    diff, scale = float(np.linalg.norm(a - b)), float(np.linalg.norm(b))
-    return {
-        "rel_error": diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf")),
-        "cosine": cosine(a, b),
-    }
 
 
 def gradient_divergence(model_factory, loss_fn, x, y, micro_batch_sizes):
@@ -142,15 +131,6 @@ def running_stat_drift(model_factory, optimizer_factory, loss_fn, batches, micro
     return drift
 
 
-def _accuracy(model, x, y):
-    """Share of ``x`` classified as ``y``, in eval mode (BatchNorm: running statistics)."""
-    model.eval()
-    with no_grad():
-        logits = backend.to_numpy(model(Tensor(x)).data)
-    model.train()
-    return float(np.mean(np.argmax(logits, axis=1) == backend.to_numpy(y)))
-
-
 def training_curves(data, norms=("batch", "group", "layer"), micro_batch_size=16,
                     global_batch_size=128, epochs=10, hidden=(64,), lr=0.1, momentum=0.9,
                     seed=0):
@@ -188,6 +168,6 @@ def training_curves(data, norms=("batch", "group", "layer"), micro_batch_size=16
                     epoch.append(step(model, loss, optimizer, x_train[idx], y_train[idx],
                                       micro_batch_size=split))
                 losses.append(float(np.mean(epoch)))
-                accuracies.append(_accuracy(model, x_test, y_test))
+                accuracies.append(eval_accuracy(model, x_test, y_test))
             curves[norm][run] = {"train_loss": losses, "test_accuracy": accuracies}
     return curves

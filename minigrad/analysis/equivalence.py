@@ -8,65 +8,16 @@ one in micro-batches. The reports give, per parameter, how far apart they end up
 * ``max_ulp``: max distance in units in the last place (0 means bitwise equal)
 * ``cosine``: <a, b> / (|a| |b|)
 
-All numbers are plain Python floats in plain dicts, ready for a table or a plot.
+All numbers are plain Python floats in plain dicts, ready for a table or a plot. The
+metrics themselves are in ``minigrad.analysis.metrics`` (re-exported here).
 """
 
-import numpy as np
-
 from minigrad.accumulate import accumulated_gradients, split_sizes, step
+from minigrad.analysis.metrics import compare_arrays, cosine, ulp_distance
 from minigrad.engine import backend
 
-
-def ulp_distance(a, b):
-    """Elementwise count of representable floats between ``a`` and ``b`` (NumPy arrays)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
-        raise TypeError(f"ulp_distance needs two float32 or two float64 arrays, got {a.dtype}"
-                        f" and {b.dtype}")
-    signed, unsigned = (np.int64, np.uint64) if a.dtype == np.float64 else (np.int32, np.uint32)
-    lowest = np.iinfo(signed).min
-
-    def ordered(x):
-        # Map the float bit patterns to integers that increase with the float's value.
-        i = x.view(signed)
-        return np.where(i < 0, lowest - i, i)
-
-    # hi - lo can exceed the signed range (4.0 vs -4.0: 2^63 + 2^53) but never 2^bits:
-    # subtracting as unsigned integers gives it exactly (arrays, not scalars, wrap silently).
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    oa, ob = ordered(np.atleast_1d(a)), ordered(np.atleast_1d(b))
-    d = np.maximum(oa, ob).view(unsigned) - np.minimum(oa, ob).view(unsigned)
-    return d.reshape(shape)
-
-
-def cosine(a, b):
-    """<a, b> / (|a| |b|) of two NumPy arrays as flat vectors, in [-1, 1].
-
-    Exactly 1.0 when ``a`` and ``b`` are equal (the formula itself rounds to 1 +- 1 ulp,
-    differently for each BLAS kernel); 1.0 for two zero vectors, 0.0 for one.
-    """
-    if np.array_equal(a, b):
-        return 1.0 if np.all(np.isfinite(a)) else float("nan")
-    norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
-    if norms == 0:
-        return 0.0
-    return min(1.0, max(-1.0, float(np.vdot(a, b)) / norms))
-
-
-def compare_arrays(a, b):
-    """The four metrics of ``a`` (accumulated) against ``b`` (reference), as floats."""
-    a, b = backend.to_numpy(a), backend.to_numpy(b)
-    if a.shape != b.shape:
-        raise ValueError(f"cannot compare arrays of shapes {a.shape} and {b.shape}")
-    diff = np.abs(a - b)
-    scale = float(np.max(np.abs(b))) if b.size else 0.0
-    max_abs = float(np.max(diff)) if diff.size else 0.0
-    return {
-        "max_abs": max_abs,
-        "max_rel": max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf")),
-        "max_ulp": float(np.max(ulp_distance(a, b))) if a.size else 0.0,
-        "cosine": cosine(a, b),
-    }
+__all__ = ["compare_arrays", "compare_named", "cosine", "float_state", "gradient_report",
+           "trajectory_report", "ulp_distance"]
 
 
 def compare_named(accumulated, reference):

@@ -9,6 +9,7 @@ import contextlib
 import time
 
 from minigrad import nn
+from minigrad.analysis.metrics import accuracy
 from minigrad.apps import data
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
@@ -31,13 +32,6 @@ def _at_least(kind, low, strict):
 
 def _positive(kind):
     return _at_least(kind, 0, strict=True)
-
-
-def accuracy(logits, y):
-    """The fraction of rows whose largest logit is at the target class."""
-    xp = logits.xp
-    hits = xp.astype(xp.argmax(logits.data, axis=1) == y, xp.float64)
-    return float(xp.mean(hits))
 
 
 def _one_blas_thread():

@@ -8,6 +8,8 @@ Nothing here depends on what the primitives are.
 
 from contextlib import contextmanager
 
+from minigrad.engine import backend
+
 _grad_enabled = True
 
 
@@ -25,6 +27,24 @@ def no_grad():
 
 def is_grad_enabled():
     return _grad_enabled
+
+
+def seed(root, gradient=None):
+    """The gradient that starts the walk: ones for a one-element root, else ``gradient``
+    checked against the root's namespace and shape."""
+    if not root.requires_grad:
+        raise RuntimeError("backward() on a tensor that does not require grad "
+                           "(no input had requires_grad=True, or it was made under no_grad)")
+    if gradient is None:
+        if root.size != 1:
+            raise RuntimeError(f"backward() on a non-scalar tensor of shape {root.shape} "
+                               "needs a seed: pass gradient= with that shape")
+        return backend.ones_like(root.xp, root.data)
+    backend.get_namespace(root.data, gradient)
+    if tuple(gradient.shape) != root.shape:
+        raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
+                         f"expected the output's shape {root.shape}")
+    return gradient
 
 
 def backward(root, gradient):

@@ -11,6 +11,8 @@ where broadcasting is undone; no primitive sums over broadcast axes itself.
 array([2., 4., 6.])
 """
 
+import operator
+
 from minigrad.engine import backend, graph
 from minigrad.engine.graph import is_grad_enabled, no_grad
 
@@ -40,20 +42,15 @@ class Tensor:
     # ----- graph construction ---------------------------------------------------------
     def _lift(self, other):
         """``other`` as a Tensor of this namespace; Python scalars take this tensor's dtype."""
-        if isinstance(other, Tensor):
-            if other.xp is not self.xp:
-                backend.get_namespace(self.data, other.data)  # raises TypeError naming both
-            return other
-        # Python scalars (NumPy's float64 scalar is one) and lists: this tensor's namespace,
-        # dtype and device.
-        if isinstance(other, (int, float)) or not backend.is_array(other):
-            return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
-        return Tensor(other)._lift_check(self)
-
-    def _lift_check(self, ref):
-        if self.xp is not ref.xp:
-            backend.get_namespace(ref.data, self.data)
-        return self
+        if not isinstance(other, Tensor):
+            # Python scalars (NumPy's float64 scalar is one) and lists: this tensor's
+            # namespace, dtype and device.
+            if isinstance(other, (int, float)) or not backend.is_array(other):
+                return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
+            other = Tensor(other)
+        if other.xp is not self.xp:
+            backend.get_namespace(self.data, other.data)  # raises TypeError naming both
+        return other
 
     # ----- properties ------------------------------------------------------------------
     shape = property(lambda self: tuple(self.data.shape))
@@ -253,26 +250,25 @@ class Tensor:
 
     # ----- comparisons (no gradient) -------------------------------------------------------
     def _compare(self, other, op):
-        other = self._lift(other)
-        return Tensor(op(self.data, other.data))
+        return Tensor(op(self.data, self._lift(other).data))
 
     def __lt__(self, other):
-        return self._compare(other, lambda a, b: a < b)
+        return self._compare(other, operator.lt)
 
     def __le__(self, other):
-        return self._compare(other, lambda a, b: a <= b)
+        return self._compare(other, operator.le)
 
     def __gt__(self, other):
-        return self._compare(other, lambda a, b: a > b)
+        return self._compare(other, operator.gt)
 
     def __ge__(self, other):
-        return self._compare(other, lambda a, b: a >= b)
+        return self._compare(other, operator.ge)
 
     def eq(self, other):
-        return self._compare(other, lambda a, b: a == b)
+        return self._compare(other, operator.eq)
 
     def ne(self, other):
-        return self._compare(other, lambda a, b: a != b)
+        return self._compare(other, operator.ne)
 
     __hash__ = object.__hash__
 
@@ -283,23 +279,8 @@ class Tensor:
         ``gradient`` defaults to ones for a single-element output; any other output needs
         an explicit seed of its own shape.
         """
-        xp = self.xp
-        if not self.requires_grad:
-            raise RuntimeError("backward() on a tensor that does not require grad "
-                               "(no input had requires_grad=True, or it was made under no_grad)")
-        if gradient is None:
-            if self.size != 1:
-                raise RuntimeError(f"backward() on a non-scalar tensor of shape {self.shape} "
-                                   "needs a seed: pass gradient= with that shape")
-            gradient = backend.ones_like(xp, self.data)
-        else:
-            gradient = gradient.data if isinstance(gradient, Tensor) else gradient
-            backend.get_namespace(self.data, gradient)
-            if tuple(gradient.shape) != self.shape:
-                raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
-                                 f"expected the output's shape {self.shape}")
-        graph.backward(self, gradient)
-
+        gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+        graph.backward(self, graph.seed(self, gradient))
 
 def primitive(data, inputs, backward):
     """A new primitive's result: the Tensor holding ``data``, computed from ``inputs``.
