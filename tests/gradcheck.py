@@ -9,10 +9,13 @@ Since dL/dout = w, ``out.backward(w)`` computes grad L. It then checks
 (b) the forward value equals the same computation written with ``autograd.numpy``;
 (c) the grad equals ``autograd.grad`` of that version (HIPS autograd, an independent engine);
 (d) the grad equals central finite differences of minigrad's own forward.
+
+``module_spec`` makes such a spec of a Module: its parameters become the checked inputs.
 """
 
 import zlib
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import autograd
@@ -144,3 +147,36 @@ def _assert_close(actual, expected, rtol, what):
     scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
     err = float(np.max(np.abs(actual - expected), initial=0.0))
     assert err <= rtol * scale, f"{what}: max error {err:.3g} > {rtol:g} * {scale:.3g}"
+
+
+# ----- check_op over a module's parameters ----------------------------------------------------
+@contextmanager
+def _swapped(module, names, tensors):
+    """Within the block ``module``'s parameters ``names`` are ``tensors`` (check_op's leaves),
+    as ``torch.func.functional_call`` does: the gradients then land on check_op's inputs."""
+    owners = dict(module.named_modules())
+    saved = []
+    for name, t in zip(names, tensors):
+        prefix, _, attr = name.rpartition(".")
+        table = owners[prefix]._parameters
+        saved.append((table, attr, table[attr]))
+        table[attr] = t
+    try:
+        yield
+    finally:
+        for table, attr, p in saved:
+            table[attr] = p
+
+
+def module_spec(name, module, ref, x_shape, extra=(), call=None):
+    """An OpSpec over ``(x, *module.parameters(), *extra)``; ``call(module, x, *extra)``."""
+    names = [n for n, _ in module.named_parameters()]
+    shapes = [x_shape] + [p.shape for p in module.parameters()]
+    call = call or (lambda m, x: m(x))
+
+    def fn(x, *rest):
+        params, more = rest[:len(names)], rest[len(names):]
+        with _swapped(module, names, params):
+            return call(module, x, *more)
+
+    return OpSpec(name, fn, ref, shapes, extra=extra)

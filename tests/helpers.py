@@ -48,6 +48,24 @@ def as_numpy(a):
     return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
 
 
+def equal(a, expected):
+    """Whether the array ``a`` (of any namespace) equals ``expected`` elementwise."""
+    return np.array_equal(backend.to_numpy(a), np.asarray(expected))
+
+
+def leaf(xp, values, requires_grad=True, dtype="float64"):
+    """A Tensor of ``values`` in namespace ``xp`` that requires grad unless told otherwise;
+    ``dtype`` a name ("float32") or a dtype of ``xp``."""
+    if isinstance(dtype, str):
+        dtype = getattr(xp, dtype)
+    return Tensor(xp.asarray(values, dtype=dtype), requires_grad=requires_grad)
+
+
+def constant(xp, values, dtype="float64"):
+    """A Tensor of ``values`` in namespace ``xp`` that does not require grad (a layer's input)."""
+    return leaf(xp, values, requires_grad=False, dtype=dtype)
+
+
 
 def uses_numpy_kernels(xp):
     """Whether ``xp`` computes with NumPy's own functions (NumPy, array-api-strict), so that

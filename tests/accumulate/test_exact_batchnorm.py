@@ -31,7 +31,7 @@ def tolerance(sizes, n):
     added vs one). A sum of T terms in any order is off by <= (T - 1) u sum|terms|; forward
     and backward chain 2 * L layers of sums of T <= max(N, width) terms, with one division
     by sqrt(var + eps) per BatchNorm in each direction; 8 allows for the terms' cancellation
-    (sum|terms| / |value|), as in tests/test_ghost_bn.py. A wrong statistic or a missing
+    (sum|terms| / |value|), as in tests/nn/test_ghost_bn.py. A wrong statistic or a missing
     correction moves the gradient by O(10%) (see the contrast test).
     """
     return 8 * 2 * (len(sizes) - 1) * max(n, max(sizes)) * U
@@ -77,7 +77,7 @@ def one_update_bound(make, loss, x, y, start, grad):
 
     Exact accumulation and full batch compute the same function with differently grouped
     sums (Chan's merge of micro-batch moments, micro-batch sums of A and B, partial weight
-    products added): the situation of ``gradient_bound`` (tests/test_equivalence.py), with
+    products added): the situation of ``gradient_bound`` (tests/analysis/test_equivalence.py), with
     the four batch sums of every BatchNorm counted in m_item and kappa for the division by
     sigma. Each run also rounds theta - g once, and recovering g = start - theta rounds
     again: <= u |start - g| + u |g| per run, 2 gamma_2 (|start| + 2 |g|) for both.

@@ -1,6 +1,6 @@
 """Composites (activations, softmax, losses, dropout): gradients against finite differences
-and HIPS autograd on every namespace; exact tiny cases; stability at +-1e4; bad input;
-dropout masks (rate, scale, split-invariance)."""
+and HIPS autograd on every namespace; exact tiny cases; stability at +-1e4; bad input.
+Dropout's masks (rate, scale, split-invariance) are tested in test_dropout.py."""
 
 import math
 
@@ -9,20 +9,15 @@ import numpy as np
 import pytest
 from gradcheck import OpSpec, check_op
 from helpers import as_numpy as _np
+from helpers import leaf as _tensor
 from helpers import other_namespace as _other
-from hypothesis import given
-from hypothesis import strategies as st
 
 from minigrad.engine.tensor import Tensor
-from minigrad.nn import Dropout, dropout_keys
+from minigrad.nn import Dropout
 from minigrad.nn import functional as F
 
 GELU_C = math.sqrt(2.0 / math.pi)
 EPS = np.finfo(np.float64).eps
-
-
-def _tensor(xp, values, requires_grad=True, dtype="float64"):
-    return Tensor(xp.asarray(values, dtype=getattr(xp, dtype)), requires_grad=requires_grad)
 
 
 # ----- autograd references, written from the formulas (not from minigrad's code) -------------
@@ -240,94 +235,12 @@ def test_mixing_namespaces_raises_type_error(xp):
         F.mse_loss(logits, _tensor(other, [[0.0, 1.0], [1.0, 0.0]]))
 
 
-# ----- dropout masks ---------------------------------------------------------------------------
-@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
-def test_dropout_keep_rate_and_exact_scale(xp, p):
-    # n elements kept independently with probability 1 - p: kept ~ Binomial(n, 1 - p), so
-    # |kept - n (1 - p)| <= 5 sqrt(n p (1 - p)) fails with probability < 6e-7 for a uniform
-    # generator. The seed is fixed, so the test is deterministic; the bound says it is not luck.
-    n_rows, width = 400, 25
-    n = n_rows * width
-    out = _np(F.dropout(_tensor(xp, np.ones((n_rows, width))), p, True, seed=11, step=4))
-    kept = int(np.sum(out != 0.0))
-    assert abs(kept - n * (1 - p)) <= 5 * math.sqrt(n * p * (1 - p))
-    assert np.all(out[out != 0.0] == 1.0 / (1.0 - p))  # survivors scaled by exactly 1/(1-p)
-
-
-def test_dropout_p_0_is_identity_and_p_1_gives_zeros(xp):
-    values = [[1.5, -2.0, 3.0], [0.25, 4.0, -1.0]]
-    x = _tensor(xp, values)
-    same = F.dropout(x, 0.0, True, seed=0, step=0)
-    assert np.array_equal(_np(same), values)
-    zeros = F.dropout(x, 1.0, True, seed=0, step=0)
-    assert np.array_equal(_np(zeros), np.zeros((2, 3)))
-    zeros.sum().backward()
-    assert np.array_equal(_np(x.grad), np.zeros((2, 3)))
-    assert F.dropout(x, 0.5, training=False) is x  # eval mode: the input itself, like torch
-
-
-def _mask(xp, n, width, p=0.5, seed=5, step=3, sample_index=None):
-    ones = _tensor(xp, np.ones((n, width)), requires_grad=False)
-    return _np(F.dropout(ones, p, True, seed=seed, step=step, sample_index=sample_index))
-
-
-def test_dropout_masks_are_split_invariant(xp):
-    whole = _mask(xp, 10, 6)
-    for bounds in ([0, 3, 7, 10], [0, 1, 2, 10], [0, 5, 10]):
-        parts = [_mask(xp, b - a, 6, sample_index=xp.arange(a, b))
-                 for a, b in zip(bounds[:-1], bounds[1:])]
-        assert np.array_equal(np.concatenate(parts), whole)
-    # the same numbers in every namespace: the generator is pure uint64 array-API arithmetic
-    assert np.array_equal(_mask(_other(xp), 10, 6), whole)
-    # a permuted batch gets the permuted masks when each sample keeps its index
-    order = np.array([4, 0, 9, 2])
-    assert np.array_equal(_mask(xp, 4, 6, sample_index=xp.asarray(order)), whole[order])
-
-
-@given(n=st.integers(1, 12), width=st.integers(1, 5), data=st.data())
-def test_dropout_masks_are_split_invariant_for_any_partition(xp, n, width, data):
-    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=n - 1)) if n > 1 else [])
-    bounds = [0, *cuts, n]
-    whole = _mask(xp, n, width, p=0.3, seed=2, step=9)
-    parts = [_mask(xp, b - a, width, p=0.3, seed=2, step=9, sample_index=xp.arange(a, b))
-             for a, b in zip(bounds[:-1], bounds[1:])]
-    assert np.array_equal(np.concatenate(parts), whole)
-
-
-def test_dropout_masks_differ_across_steps_seeds_and_samples(xp):
-    base = _mask(xp, 8, 16)
-    assert not np.array_equal(_mask(xp, 8, 16, step=4), base)
-    assert not np.array_equal(_mask(xp, 8, 16, seed=6), base)
-    # rows differ from each other (not one mask broadcast over the batch)
-    assert len({row.tobytes() for row in base}) == 8
-
-
-def test_dropout_module(xp):
-    x = _tensor(xp, np.ones((6, 8)), requires_grad=False)
-    layer = Dropout(0.5, seed=9)
-    first, second = _np(layer(x)), _np(layer(x))
-    assert layer.calls == 2
-    assert not np.array_equal(first, second)  # step = the layer's own call count
-    assert np.array_equal(first, _mask(xp, 6, 8, seed=9, step=0))
-    with dropout_keys(7, xp.arange(10, 16)):
-        keyed = _np(layer(x))
-    assert layer.calls == 2  # keyed calls do not advance the count
-    assert np.array_equal(keyed, _mask(xp, 16, 8, seed=9, step=7)[10:])
-    layer.eval()
-    assert np.array_equal(_np(layer(x)), np.ones((6, 8)))
-
-
 def test_sigmoid_keeps_its_tails(xp):
     # sigmoid(-40) = 1 / (1 + e^40) = 4.248354255291589e-18: the tanh form rounds it to 0.
     out = _np(F.sigmoid(_tensor(xp, [-40.0, 40.0, -800.0, 800.0])))
     assert out[0] == pytest.approx(1.0 / (1.0 + math.exp(40.0)), rel=4 * np.finfo(float).eps)
     assert out[1] == 1.0 - 1.0 / (1.0 + math.exp(40.0))
     assert out[2] == 0.0 and out[3] == 1.0  # e^-800 underflows: the limits, no overflow
-
-
-def test_dropout_sample_index_must_match_the_batch(xp):
-    with pytest.raises(ValueError, match="sample_index must hold one index per sample"):
-        F.dropout(_tensor(xp, np.ones((4, 3))), 0.5, True, sample_index=xp.arange(3))
 
 
 def test_cross_entropy_on_more_dimensions_and_unbatched(xp):

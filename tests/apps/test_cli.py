@@ -10,7 +10,7 @@ import pytest
 
 from minigrad.apps import cli, data
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _table(text):

@@ -1,0 +1,127 @@
+"""The reverse walk (``engine.graph``): backward() through a 10000-op chain, seeds,
+gradients accumulated out of place, diamonds and shared subexpressions, no_grad and
+detach, the dtypes of the gradients, and a failure half-way through backward that leaves
+every grad unchanged."""
+
+import pytest
+from helpers import equal as _equal
+from helpers import leaf as _tensor
+
+from minigrad.engine import is_grad_enabled, maximum, no_grad, primitive
+
+
+# ----- backward() ---------------------------------------------------------------------------
+def test_backward_through_a_10000_op_chain(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    y = x
+    for _ in range(10_000):
+        y = y + 0.5
+    y.sum().backward()  # recursion would exceed Python's default limit of 1000
+    assert _equal(y.data, [5001.0, 5002.0])
+    assert _equal(x.grad, [1.0, 1.0])
+
+
+def test_non_scalar_backward_without_seed_names_shape_and_gradient(xp):
+    y = _tensor(xp, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) * 2.0
+    with pytest.raises(RuntimeError, match=r"\(2, 3\).*gradient"):
+        y.backward()
+
+
+def test_seeded_non_scalar_backward(xp):
+    x = _tensor(xp, [[1.0, 2.0], [3.0, 4.0]])
+    (x * x).backward(xp.asarray([[1.0, 0.0], [-1.0, 0.5]], dtype=xp.float64))
+    assert _equal(x.grad, [[2.0, 0.0], [-6.0, 4.0]])
+
+
+def test_seed_of_wrong_shape_raises_and_keeps_grad(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    (x * 3.0).sum().backward()
+    before = x.grad
+    with pytest.raises(ValueError, match=r"\(3,\).*\(2,\)"):
+        (x * x).backward(xp.ones((3,), dtype=xp.float64))
+    assert x.grad is before
+    assert _equal(x.grad, [3.0, 3.0])
+
+
+def test_gradients_accumulate_out_of_place(xp):
+    x = _tensor(xp, [1.0, -2.0])
+    (x * x).sum().backward()
+    first = x.grad
+    (x * 3.0).sum().backward()
+    assert _equal(x.grad, [5.0, -1.0])  # 2x + 3
+    assert x.grad is not first
+    assert _equal(first, [2.0, -4.0])  # the first array was not written to
+
+
+def test_diamond_sums_both_paths(xp):
+    x = _tensor(xp, [0.5, -1.25, 2.0])
+    a = x * 3.0
+    b = x * x
+    (a + b).sum().backward()
+    assert _equal(x.grad, [4.0, 0.5, 7.0])  # 3 + 2x
+
+
+def test_shared_subexpression_is_visited_once(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    h = x * 2.0
+    (h * h + h).sum().backward()  # d/dx (4x^2 + 2x) = 8x + 2
+    assert _equal(x.grad, [10.0, 18.0])
+
+
+def test_no_grad_records_nothing_and_restores(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    with pytest.raises(KeyError), no_grad():
+        y = (x * 2.0).exp()
+        raise KeyError
+    assert not y.requires_grad
+    assert y.is_leaf
+    assert is_grad_enabled()
+    assert (x * 2.0).requires_grad
+
+
+def test_detach_cuts_the_graph(xp):
+    x = _tensor(xp, [1.0, -3.0])
+    d = x.detach()
+    assert not d.requires_grad
+    (d * x).sum().backward()
+    assert _equal(x.grad, [1.0, -3.0])  # d is a constant: not 2x
+    assert d.grad is None
+
+
+def test_float32_graph_keeps_float32(xp):
+    x = _tensor(xp, [[0.5, -1.0], [2.0, 0.25]], dtype=xp.float32)
+    w = _tensor(xp, [1.5, -0.5], dtype=xp.float32)
+    out = ((x @ w).tanh().exp() + (x**2).mean() + maximum(0.0, x).sum() / 3.0).sum()
+    assert out.dtype == xp.float32
+    out.backward()
+    assert x.grad.dtype == xp.float32
+    assert w.grad.dtype == xp.float32
+
+
+def test_mixed_dtypes_give_each_grad_its_input_dtype(xp):
+    x = _tensor(xp, [1.0, 2.0], dtype=xp.float32)
+    y = _tensor(xp, [3.0, 4.0], dtype=xp.float64)
+    out = (x * y).sum()
+    assert out.dtype == xp.float64
+    out.backward()
+    assert x.grad.dtype == xp.float32
+    assert y.grad.dtype == xp.float64
+    assert _equal(x.grad, [3.0, 4.0])
+    assert _equal(y.grad, [1.0, 2.0])
+
+
+# ----- a failure during backward ----------------------------------------------------------
+def test_failure_during_backward_leaves_every_grad_unchanged(xp):
+    x = _tensor(xp, [1.0, 2.0])
+    y = _tensor(xp, [3.0, 4.0])
+    (x * y).sum().backward()
+
+    def broken(g):
+        raise MemoryError("simulated failure half-way through backward")
+
+    # y's gradient is complete before the broken node is reached, x's comes after it
+    out = y * 2.0 + primitive(x.data, (x,), broken)
+    with pytest.raises(MemoryError):
+        out.sum().backward()
+    assert _equal(x.grad, [3.0, 4.0])
+    assert _equal(y.grad, [1.0, 2.0])

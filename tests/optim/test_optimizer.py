@@ -1,0 +1,221 @@
+"""The stateful optimizers (SGD, Adam, AdamW) around the pure rules: equal to the pure
+update, state placement and dtype, state_dict round trips, validation of hyperparameters and
+parameter lists, and "an error changes nothing"."""
+
+import math
+
+import numpy as np
+import pytest
+from optim_oracle import arr, np_, sqrt_of, torch_adam
+
+from minigrad import backend
+from minigrad.engine.tensor import Parameter
+from minigrad.optim import SGD, Adam, AdamW, adam, adamw, sgd
+
+# ----- the stateful wrappers ------------------------------------------------------------------
+MAKERS = {
+    "sgd": lambda ps: SGD(ps, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01),
+    "adam": lambda ps: Adam(ps, lr=0.01, weight_decay=0.1),
+    "adamw": lambda ps: AdamW(ps, lr=0.01),
+}
+
+
+@pytest.fixture(params=sorted(MAKERS))
+def make_opt(request):
+    return MAKERS[request.param]
+
+
+def two_params(xp, dtype="float64"):
+    return Parameter(arr(xp, [1.0, -2.0], dtype)), Parameter(arr(xp, [[3.0]], dtype))
+
+
+def set_grads(params, xp, scale=1.0, dtype="float64"):
+    for p in params:
+        p.grad = xp.full(p.shape, scale, dtype=getattr(xp, dtype))
+
+
+def snapshot(opt):
+    """Everything ``step()`` or ``load_state_dict()`` could change, as plain NumPy/Python."""
+    sd = opt.state_dict()
+    fields = {k: v if k == "count" else [np_(a) for a in v]
+              for k, v in sd.items() if k not in ("lr", "hyperparams", "step_count")}
+    return repr((opt.lr, sd["hyperparams"], opt.step_count, [np_(p.data) for p in opt.params],
+                 fields))
+
+
+def test_wrapper_equals_the_pure_update(xp, make_opt):
+    a, b = two_params(xp)
+    opt = make_opt([a, b])
+    rule = {SGD: sgd, Adam: adam, AdamW: adamw}[type(opt)]
+    params, state = [a.data, b.data], rule.init([a.data, b.data])
+    for scale in (1.0, -0.5, 2.0):
+        set_grads([a, b], xp, scale)
+        opt.step()
+        params, state = rule.update([a.grad, b.grad], state, params, lr=opt.lr,
+                                    **opt.hyperparams)
+    assert np_(a.data).tolist() == np_(params[0]).tolist()
+    assert np_(b.data).tolist() == np_(params[1]).tolist()
+    assert opt.step_count == 3
+
+
+@pytest.mark.parametrize("bad", ["shape", "dtype", "integer", "namespace"])
+def test_a_bad_grad_changes_nothing(xp, make_opt, bad):
+    a, b = two_params(xp)
+    opt = make_opt([a, b])
+    set_grads([a, b], xp)
+    opt.step()
+    before = snapshot(opt)
+    set_grads([a, b], xp)
+    other = backend.resolve_namespace("numpy" if xp.__name__ == "array_api_strict"
+                                  else "array_api_strict")
+    b.grad = {"shape": arr(xp, [1.0, 1.0]), "dtype": arr(xp, [[1.0]], "float32"),
+              "integer": xp.asarray([[1]]), "namespace": arr(other, [[1.0]])}[bad]
+    error = ValueError if bad == "shape" else TypeError
+    with pytest.raises(error, match=r"params\[1\]\.grad"):
+        opt.step()
+    assert snapshot(opt) == before
+
+
+def test_a_parameter_without_grad_is_skipped_and_keeps_its_count(xp):
+    a, b = two_params(xp)
+    b_start = np_(b.data)
+    opt = Adam([a, b], lr=0.1)
+    set_grads([a, b], xp)
+    opt.step()
+    b_after_one = np_(b.data)
+    b.grad = None
+    a.grad = arr(xp, [1.0, 1.0])
+    opt.step()
+    assert opt.state_dict()["count"] == [2, 1]
+    assert np_(b.data).tolist() == b_after_one.tolist()
+    b.grad = arr(xp, [[0.5]])
+    opt.step()
+    # b saw two updates (t = 1, 2), exactly as if the skipped one had never happened
+    ref, _, _ = torch_adam(b_start, [np.ones((1, 1)), np.full((1, 1), 0.5)], lr=0.1,
+                           betas=(0.9, 0.999), eps=1e-8, sqrt=sqrt_of(xp))
+    assert np_(b.data).tolist() == ref.tolist()
+    assert (opt.state_dict()["count"], opt.step_count) == ([3, 2], 3)
+
+
+def test_zero_grad_sets_grad_to_none(xp, make_opt):
+    a, b = two_params(xp)
+    opt = make_opt([a, b])
+    set_grads([a, b], xp)
+    opt.zero_grad()
+    assert a.grad is None and b.grad is None
+
+
+def test_float32_parameters_keep_float32_state(xp, make_opt):
+    a, b = two_params(xp, "float32")
+    opt = make_opt([a, b])
+    for _ in range(2):
+        set_grads([a, b], xp, 0.5, "float32")
+        opt.step()
+    state = opt.state_dict()
+    arrays = [a.data, b.data] + [x for k in ("mu", "nu") for x in state.get(k, [])]
+    assert len(arrays) >= 4
+    assert all(x.dtype == xp.float32 and backend.get_namespace(x) is xp for x in arrays)
+
+
+def test_state_dict_round_trip_continues_identically(xp, make_opt):
+    a, b = two_params(xp)
+    opt = make_opt([a, b])
+    for scale in (1.0, -2.0):
+        set_grads([a, b], xp, scale)
+        opt.step()
+    a2, b2 = Parameter(a.data), Parameter(b.data)
+    opt2 = make_opt([a2, b2])
+    opt2.lr = 123.0
+    # through NumPy, as a checkpoint file stores it: loading moves arrays to the params' xp
+    saved = {k: [np_(x) for x in v] if k in ("mu", "nu") else v
+             for k, v in opt.state_dict().items()}
+    opt2.load_state_dict(saved)
+    assert snapshot(opt2) == snapshot(opt)
+    for pair in ([a, b], [a2, b2]):
+        set_grads(pair, xp, 0.75)
+    opt.step()
+    opt2.step()
+    assert snapshot(opt2) == snapshot(opt)
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda sd: sd["nu" if "nu" in sd else "mu"].pop(), "has 1 entries for 2 parameters"),
+    (lambda sd: sd["mu"].__setitem__(1, np.zeros(3)), r"state_dict\['mu'\]\[1\] has shape"),
+    (lambda sd: sd["count"].append(1), r"state_dict\['count'\] has 3 entries"),
+    (lambda sd: sd.pop("step_count"), "missing"),
+    (lambda sd: sd["hyperparams"].update(other=1.0), "hyperparameters"),
+    (lambda sd: sd.update(lr=-1.0), "lr must be"),
+])
+def test_a_bad_state_dict_raises_and_changes_nothing(xp, make_opt, corrupt, message):
+    a, b = two_params(xp)
+    opt = make_opt([a, b])
+    set_grads([a, b], xp)
+    opt.step()
+    sd = opt.state_dict()
+    corrupt(sd)
+    set_grads([a, b], xp)
+    opt.step()
+    before = snapshot(opt)
+    with pytest.raises(ValueError, match=message):
+        opt.load_state_dict(sd)
+    assert snapshot(opt) == before
+
+
+@pytest.mark.parametrize("make, kwargs, message", [
+    (SGD, {"lr": -0.1}, "lr must be a finite number with lr >= 0"),
+    (SGD, {"lr": math.nan}, "lr must be"),
+    (SGD, {"lr": 0.1, "momentum": -0.5}, "momentum must be .* momentum >= 0"),
+    (SGD, {"lr": 0.1, "dampening": -1.0}, "dampening must be"),
+    (SGD, {"lr": 0.1, "weight_decay": -1.0}, "weight_decay must be .* weight_decay >= 0"),
+    (SGD, {"lr": 0.1, "nesterov": True}, "nesterov=True requires momentum > 0"),
+    (SGD, {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "nesterov": True}, "dampening = 0"),
+    (Adam, {"lr": -1e-3}, "lr must be"),
+    (Adam, {"betas": (1.0, 0.999)}, r"betas\[0\] must be .* 0 <= betas\[0\] < 1"),
+    (Adam, {"betas": (0.9, -0.1)}, r"betas\[1\] must be"),
+    (Adam, {"betas": 0.9}, "betas must be a pair"),
+    (Adam, {"eps": -1e-8}, "eps must be .* eps >= 0"),
+    (AdamW, {"weight_decay": -0.01}, "weight_decay must be"),
+])
+def test_bad_hyperparameters_raise_naming_the_argument(xp, make, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(two_params(xp), **kwargs)
+
+
+def test_bad_hyperparameter_types_and_the_pure_rules_are_checked_too():
+    with pytest.raises(TypeError, match="lr must be a real number"):
+        SGD([Parameter([1.0])], lr="0.1")
+    with pytest.raises(TypeError, match="nesterov must be True or False"):
+        SGD([Parameter([1.0])], lr=0.1, momentum=0.9, nesterov=1)
+    with pytest.raises(ValueError, match="lr must be"):
+        adam.update([], adam.init([]), [], lr=-1.0)
+    with pytest.raises(ValueError, match="expected one array per parameter for grads"):
+        sgd.update([np.ones(1)], sgd.init([]), [], lr=0.1)
+
+
+def test_numpy_scalar_hyperparameters_work_on_every_namespace(xp):
+    # array-api-strict refuses NumPy scalars inside array expressions: they become floats
+    w = Parameter(arr(xp, [1.0]))
+    opt = SGD([w], lr=np.float32(0.5), momentum=np.float64(0.5))
+    w.grad = arr(xp, [1.0])
+    opt.step()
+    assert float(w.data[0]) == 0.5
+
+
+def test_bad_parameter_lists():
+    w = Parameter([1.0])
+    with pytest.raises(ValueError, match="empty parameter list"):
+        SGD([], lr=0.1)
+    with pytest.raises(ValueError, match="more than once"):
+        SGD([w, w], lr=0.1)
+    with pytest.raises(TypeError, match="iterable of Tensors"):
+        SGD(w, lr=0.1)
+    with pytest.raises(ValueError, match="not a leaf"):
+        SGD([w * 2.0], lr=0.1)
+
+
+def test_cupy_state_lives_on_the_gpu(cupy_xp):
+    a, b = two_params(cupy_xp)
+    opt = Adam([a, b])
+    set_grads([a, b], cupy_xp)
+    opt.step()
+    assert all(backend.get_namespace(x) is cupy_xp for x in opt.state_dict()["nu"])
