@@ -1,10 +1,18 @@
 """The streaming accumulator: micro-batches added one at a time, one update per window."""
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from minigrad import nn
+from minigrad.accumulate.guard import (
+    TrainingState,
+    as_batch,
+    check_optimizer,
+    check_scheduler,
+    like,
+)
 from minigrad.accumulate.split import micro_batches
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.nn import functional as F
 from minigrad.optim import clip_grad_norm_
 
@@ -56,25 +64,30 @@ class Accumulator:
     clips, steps the optimizer and the schedule, and zeroes the gradients. With
     ``every=k`` an update happens by itself after every k-th micro-batch; a short final
     window is flushed by calling ``update()`` and scaled by the items it actually holds.
+
+    Every call is all-or-nothing: if it raises anything (``KeyboardInterrupt`` included),
+    the parameters, ``.grad``, buffers, optimizer, schedule and the pending window are as
+    they were before the call. The optimizer must hold parameters of ``model`` (all of them,
+    or some to train only those), and the scheduler must drive that optimizer.
     """
 
     def __init__(self, model, loss_fn, optimizer, *, every=None, normalize="items",
                  max_grad_norm=None, scheduler=None, on_nonfinite="raise", step_index=0):
-        if normalize not in NORMALIZE:
-            raise ValueError(f"normalize must be one of {NORMALIZE}, got {normalize!r}")
-        if on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}")
-        if every is not None and (not isinstance(every, int) or every < 1):
-            raise ValueError(f"every must be a positive int or None, got {every!r}")
-        if max_grad_norm is not None and not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
-        self.model, self.loss, self.optimizer = model, as_loss(loss_fn), optimizer
-        self.every, self.normalize, self.max_grad_norm = every, normalize, max_grad_norm
-        self.scheduler, self.on_nonfinite = scheduler, on_nonfinite
+        self.normalize = validate.choice("normalize", normalize, NORMALIZE)
+        self.on_nonfinite = validate.choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
+        self.every = validate.optional(validate.positive_int, "every", every)
+        self.max_grad_norm = validate.optional(validate.real, "max_grad_norm", max_grad_norm,
+                                               strict_low=True)
+        self.step_index = validate.integer("step_index", step_index, low=0)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
         self.params = model.parameters()
+        check_optimizer(optimizer, self.params)
+        check_scheduler(scheduler, optimizer)
+        self.model, self.loss, self.optimizer = model, as_loss(loss_fn), optimizer
+        self.scheduler = scheduler
         self.window = Window()
         self.skipped_updates = 0
-        self.step_index = step_index  # the dropout key's step when there is no optimizer
 
     pending_items = property(lambda self: self.window.items)
     pending_micro_batches = property(lambda self: self.window.micro_batches)
@@ -92,20 +105,23 @@ class Accumulator:
         leaves the accumulator as it was before this call; with ``"skip"`` the whole
         window is dropped.
         """
+        x, y = as_batch(x, y)
         saved = self._snapshot()
         try:
             loss_sum = self._forward_backward(x, y, sample_index)
-        except Exception:
+            if loss_sum is None:
+                # Skipped (counted by _refuse): the window is dropped, and this micro-batch's
+                # forward must not leave NaN in the running statistics either.
+                skipped = self.skipped_updates
+                self._restore(saved)
+                self.discard()
+                self.skipped_updates = skipped
+                return None
+            if self.every is not None and self.pending_micro_batches == self.every:
+                self.update()
+        except BaseException:
             self._restore(saved)
             raise
-        if loss_sum is None:
-            # Skipped: the window is dropped, and this micro-batch's forward must not leave
-            # NaN in the running statistics either.
-            self._restore(saved)
-            self.discard()
-            return None
-        if self.every is not None and self.pending_micro_batches == self.every:
-            self.update()
         return loss_sum
 
     def _forward_backward(self, x, y, sample_index):
@@ -137,31 +153,35 @@ class Accumulator:
     def update(self):
         """Divide once, clip, step, schedule, zero. Returns the window's mean loss per item.
 
-        Returns ``None`` and does nothing when no micro-batch is pending.
+        Returns ``None`` and does nothing when no micro-batch is pending. The schedule's next
+        rate is computed and checked before anything is written; on any error everything,
+        the pending window included, is as it was, so a retry applies the window once.
         """
         if self.pending_micro_batches == 0:
             return None
+        if self.optimizer is None:
+            raise RuntimeError("update() needs an optimizer; this accumulator has none")
         if self.normalize == "items" and self.pending_items == 0:
             return self._refuse("the window holds no items (every target is ignore_index), "
                                 "so its mean gradient is 0 / 0")
         if not _all_finite([p.grad for p in self.params if p.grad is not None]):
             return self._refuse("the accumulated gradient is not finite")
-        sums = [p.grad for p in self.params]
-        for p, g in zip(self.params, self.gradients()):
-            p.grad = g
+        next_lr = self.scheduler.next_lr() if self.scheduler is not None else None
+        saved = self._snapshot()
         try:
+            for p, g in zip(self.params, self.gradients()):
+                p.grad = g
             if self.max_grad_norm is not None:
                 clip_grad_norm_(self.params, self.max_grad_norm)
             self.optimizer.step()  # checks everything before it writes anything
-        except Exception:
-            for p, g in zip(self.params, sums):
-                p.grad = g  # the window is still pending, as sums, as it was
+            if self.scheduler is not None:
+                self.scheduler.step(next_lr)
+            mean_loss = self.pending_loss_sum / self.pending_items if self.pending_items \
+                else float("nan")
+            self.discard()
+        except BaseException:
+            self._restore(saved)  # the window is still pending, as sums, as it was
             raise
-        if self.scheduler is not None:
-            self.scheduler.step()
-        mean_loss = self.pending_loss_sum / self.pending_items if self.pending_items \
-            else float("nan")
-        self.discard()
         return mean_loss
 
     def gradients(self):
@@ -188,14 +208,11 @@ class Accumulator:
 
     # ----- state -------------------------------------------------------------------------
     def _snapshot(self):
-        # Gradients are replaced, never mutated, so keeping references is a snapshot.
-        return [p.grad for p in self.params], dict(self.model.named_buffers()), self.window
+        """Everything a call may change, by reference: arrays are replaced, never mutated."""
+        return TrainingState.of(self)
 
     def _restore(self, saved):
-        grads, buffers, self.window = saved
-        for p, g in zip(self.params, grads):
-            p.grad = g
-        self.model.set_buffers(buffers)
+        saved.restore(self)
 
     def state_dict(self):
         """Pending gradients (``None`` where absent) and counts: enough to resume mid-window."""
@@ -207,24 +224,37 @@ class Accumulator:
                 "skipped_updates": self.skipped_updates}
 
     def load_state_dict(self, state):
-        grads = list(state["grads"])
-        if len(grads) != len(self.params):
-            raise ValueError(f"accumulator state holds {len(grads)} gradients, the model has "
+        """Restore a ``state_dict()``; everything is checked before anything is written."""
+        keys = ("grads", "pending_items", "pending_micro_batches", "pending_samples",
+                "pending_loss_sum", "skipped_updates")
+        if not isinstance(state, dict) or any(k not in state for k in keys):
+            missing = [k for k in keys if not isinstance(state, dict) or k not in state]
+            raise ValueError(f"accumulator state must be a dict with {list(keys)}; "
+                             f"missing {missing}")
+        grads = state["grads"]
+        if not isinstance(grads, (list, tuple)) or len(grads) != len(self.params):
+            count = len(grads) if isinstance(grads, (list, tuple)) else type(grads).__name__
+            raise ValueError(f"accumulator state holds {count} gradients, the model has "
                              f"{len(self.params)} parameters")
-        staged = []
-        for i, (p, g) in enumerate(zip(self.params, grads)):
-            if g is not None:
-                g = backend.move(g, p.xp, device=p.device)
-                if tuple(g.shape) != p.shape:
-                    raise ValueError(f"accumulator gradient {i} has shape {tuple(g.shape)}, "
-                                     f"parameter has {p.shape}")
-                g = p.xp.astype(g, p.dtype)
-            staged.append(g)
-        for p, g in zip(self.params, staged):
-            p.grad = g
-        self.window = Window(int(state["pending_items"]), int(state["pending_micro_batches"]),
-                             int(state["pending_samples"]), float(state["pending_loss_sum"]))
-        self.skipped_updates = int(state["skipped_updates"])
+        staged = [None if g is None else like(g, p, f"accumulator gradient {i}")
+                  for i, (p, g) in enumerate(zip(self.params, grads))]
+        counts = [validate.integer(k, state[k], low=0) for k in keys[1:4]]
+        loss_sum = state["pending_loss_sum"]
+        if not isinstance(loss_sum, Fraction):
+            loss_sum = validate.real("pending_loss_sum", loss_sum, low=None)
+        skipped = validate.integer("skipped_updates", state["skipped_updates"], low=0)
+        window = Window(*counts, loss_sum)
+        if (window.micro_batches == 0) != (window.samples == 0) or window.items > 0 and \
+                window.micro_batches == 0:
+            raise ValueError(f"accumulator counts do not fit together: {window}")
+        saved = self._snapshot()
+        try:
+            for p, g in zip(self.params, staged):
+                p.grad = g
+            self.window, self.skipped_updates = window, skipped
+        except BaseException:
+            self._restore(saved)
+            raise
 
 
 def run_window(acc, x, y, sizes):

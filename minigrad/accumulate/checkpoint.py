@@ -32,15 +32,57 @@ def _flatten(tree, path, arrays):
     raise TypeError(f"cannot store {type(tree).__name__} at {path!r} in a checkpoint")
 
 
-def _unflatten(node, arrays):
-    if "dict" in node:
-        return {k: _unflatten(v, arrays) for k, v in node["dict"].items()}
-    if "list" in node:
-        items = [_unflatten(v, arrays) for v in node["list"]]
-        return tuple(items) if node["tuple"] else items
+MAX_DEPTH = 64  # state trees are a few levels deep; a deeper file is crafted
+
+
+def _unflatten(node, arrays, depth=0):
+    """The state tree stored by ``_flatten``; ``ValueError`` for anything else."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"the state tree is nested deeper than {MAX_DEPTH} levels")
+    if not isinstance(node, dict) or len(node) not in (1, 2):
+        raise ValueError(f"unexpected node {str(node)[:80]!r} in the state tree")
+    if "dict" in node and isinstance(node["dict"], dict):
+        return {k: _unflatten(v, arrays, depth + 1) for k, v in node["dict"].items()}
+    if "list" in node and isinstance(node["list"], list):
+        items = [_unflatten(v, arrays, depth + 1) for v in node["list"]]
+        return tuple(items) if node.get("tuple") is True else items
     if "array" in node:
+        if node["array"] not in arrays:
+            raise ValueError(f"the state tree names an array {node['array']!r} the file lacks")
         return arrays[node["array"]]
-    return node["value"]
+    if "value" in node and (node["value"] is None or isinstance(node["value"], (bool, int,
+                                                                                float, str))):
+        return node["value"]
+    raise ValueError(f"unexpected node {str(node)[:80]!r} in the state tree")
+
+
+def _read(path):
+    """``(arrays, tree)`` of a checkpoint file; ``ValueError`` if it is not one of ours."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            files = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{path} is not a readable minigrad checkpoint "
+                         f"(truncated or not an .npz file): {err}") from None
+    if not isinstance(files, dict) or "__minigrad__" not in files:
+        raise ValueError(f"{path} is an .npz file but not a minigrad checkpoint "
+                         "(no __minigrad__ marker)")
+    try:
+        meta = json.loads(str(files.pop("__minigrad__")))
+    except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path} has an unreadable __minigrad__ marker: {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{path} has checkpoint format {found!r}, expected {FORMAT!r}")
+    try:
+        tree = _unflatten(meta.get("tree"), files)
+    except RecursionError:
+        raise ValueError(f"{path}: the state tree is nested too deeply") from None
+    except ValueError as err:
+        raise ValueError(f"{path} is not a valid minigrad checkpoint: {err}") from None
+    if not isinstance(tree, dict):
+        raise ValueError(f"{path} is not a valid minigrad checkpoint: its state is not a dict")
+    return tree
 
 
 def save(path, model, optimizer=None, *, scheduler=None, accumulator=None):
@@ -58,34 +100,30 @@ def save(path, model, optimizer=None, *, scheduler=None, accumulator=None):
 
 
 def load(path, model, optimizer=None, *, scheduler=None, accumulator=None):
-    """Restore every part given from ``path``; ``ValueError`` if the file is not one of ours."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            files = {key: data[key] for key in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{path} is not a readable minigrad checkpoint "
-                         f"(truncated or not an .npz file): {err}") from err
-    if "__minigrad__" not in files:
-        raise ValueError(f"{path} is an .npz file but not a minigrad checkpoint "
-                         "(no __minigrad__ marker)")
-    meta = json.loads(str(files.pop("__minigrad__")))
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{path} has checkpoint format {meta.get('format')!r}, "
-                         f"expected {FORMAT!r}")
-    tree = _unflatten(meta["tree"], files)
-    parts = [("model", model), ("optimizer", optimizer), ("scheduler", scheduler),
-             ("accumulator", accumulator)]
-    missing = [name for name, part in parts if part is not None and name not in tree]
+    """Restore every part given from ``path``.
+
+    ``ValueError`` if the file is not a minigrad checkpoint, or holds state that does not fit
+    a part given (another architecture, a missing key); then, and on any other exception
+    (``KeyboardInterrupt`` included), every part is as it was before the call.
+    """
+    tree = _read(path)
+    parts = [(name, part) for name, part in (("model", model), ("optimizer", optimizer),
+                                             ("scheduler", scheduler),
+                                             ("accumulator", accumulator)) if part is not None]
+    missing = [name for name, _ in parts if name not in tree]
     if missing:
         raise ValueError(f"{path} holds no state for {', '.join(missing)}")
     # Each part checks its state before writing it; if a later part refuses, the earlier
     # ones are rolled back, so nothing is left half-loaded.
-    previous = [(part, part.state_dict()) for _, part in parts if part is not None]
+    previous = [(part, part.state_dict()) for _, part in parts]
+    current = None
     try:
-        for name, part in parts:
-            if part is not None:
-                part.load_state_dict(tree[name])
-    except Exception:
+        for current, part in parts:
+            part.load_state_dict(tree[current])
+    except BaseException as err:
         for part, state in previous:
             part.load_state_dict(state)
+        if isinstance(err, (KeyError, TypeError, ValueError)):
+            raise ValueError(f"{path}: the {current} state does not fit this {current}: "
+                             f"{err}") from err
         raise

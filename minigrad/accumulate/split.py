@@ -1,5 +1,7 @@
 """Splitting a global batch into micro-batches of any sizes."""
 
+from minigrad.engine import validate
+
 
 def split_sizes(n, micro_batch_size=None, num_micro_batches=None):
     """Sizes of the micro-batches that split ``n`` items, in order.
@@ -12,26 +14,33 @@ def split_sizes(n, micro_batch_size=None, num_micro_batches=None):
     >>> split_sizes(10, num_micro_batches=4)
     [3, 3, 2, 2]
     """
+    n = validate.integer("n", n, low=0)
     if micro_batch_size is not None and num_micro_batches is not None:
         raise ValueError("give micro_batch_size or num_micro_batches, not both")
     if micro_batch_size is not None:
-        if not isinstance(micro_batch_size, int) or micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be a positive int, got {micro_batch_size!r}")
-        return [min(micro_batch_size, n - start) for start in range(0, n, micro_batch_size)]
+        m = validate.positive_int("micro_batch_size", micro_batch_size)
+        return [min(m, n - start) for start in range(0, n, m)]
     if num_micro_batches is not None:
-        if not isinstance(num_micro_batches, int) or not 1 <= num_micro_batches <= n:
-            raise ValueError(f"num_micro_batches must be an int in [1, {n}], "
-                             f"got {num_micro_batches!r}")
-        q, r = divmod(n, num_micro_batches)
-        return [q + 1] * r + [q] * (num_micro_batches - r)
+        k = validate.integer("num_micro_batches", num_micro_batches, low=1, high=max(n, 1))
+        q, r = divmod(n, k)
+        return [q + 1] * r + [q] * (k - r)
     return [n]
+
+
+def check_sizes(sizes, n):
+    """``sizes`` as a list of positive Python ints that sum to ``n``."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise TypeError(f"sizes must be a sequence of positive ints, got {type(sizes).__name__}")
+    sizes = [validate.positive_int(f"sizes[{i}]", s) for i, s in enumerate(sizes)]
+    if sum(sizes) != n:
+        raise ValueError(f"micro-batch sizes {sizes} must be positive and sum to the "
+                         f"batch size {n}")
+    return sizes
 
 
 def micro_batches(x, y, sizes):
     """Yield ``(start, x_j, y_j)`` for consecutive slices of the given ``sizes``."""
-    if sum(sizes) != x.shape[0] or any(s < 1 for s in sizes):
-        raise ValueError(f"micro-batch sizes {list(sizes)} must be positive and sum to the "
-                         f"batch size {x.shape[0]}")
+    sizes = check_sizes(sizes, x.shape[0])
     start = 0
     for size in sizes:
         stop = start + size

@@ -3,7 +3,9 @@ gradient that update would use, without updating."""
 
 from minigrad.accumulate.accumulator import Accumulator, run_window
 from minigrad.accumulate.exact_batchnorm import run_exact_window
-from minigrad.accumulate.split import micro_batches, split_sizes
+from minigrad.accumulate.guard import as_batch
+from minigrad.accumulate.split import check_sizes, micro_batches, split_sizes
+from minigrad.engine import validate
 
 
 def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_batches=None,
@@ -29,15 +31,15 @@ def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_ba
     >>> opt.step_count
     1
     """
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"x has {x.shape[0]} samples but y has {y.shape[0]}")
+    x, y = as_batch(x, y)
     given = [a for a in (micro_batch_size, num_micro_batches, sizes) if a is not None]
     if len(given) > 1:
         raise ValueError("give at most one of micro_batch_size, num_micro_batches, sizes")
-    if sizes is None:
-        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
-    if batchnorm not in ("micro", "exact"):
-        raise ValueError(f"batchnorm must be 'micro' or 'exact', got {batchnorm!r}")
+    sizes = _sizes(x, micro_batch_size, num_micro_batches, sizes)
+    validate.choice("batchnorm", batchnorm, ("micro", "exact"))
+    if optimizer is None:
+        raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None; "
+                        "accumulated_gradients() gives the gradient without an update")
     if batchnorm == "exact" and normalize != "items":
         raise ValueError(f"batchnorm='exact' needs normalize='items', got {normalize!r}")
     acc = Accumulator(model, loss_fn, optimizer, normalize=normalize,
@@ -45,15 +47,15 @@ def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_ba
                       on_nonfinite=on_nonfinite)
     run = run_exact_window if batchnorm == "exact" else run_window
     saved = acc._snapshot()
-    acc.discard()
     try:
+        acc.discard()
         mean_loss = run(acc, x, y, sizes)
-    except Exception:
+        if mean_loss is None:  # skipped: a non-finite value with on_nonfinite="skip"
+            acc._restore(saved)
+            return float("nan")
+    except BaseException:
         acc._restore(saved)
         raise
-    if mean_loss is None:  # skipped: a non-finite value with on_nonfinite="skip"
-        acc._restore(saved)
-        return float("nan")
     return mean_loss
 
 
@@ -62,18 +64,28 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
     """Name -> the gradient ``step`` would hand the optimizer, without updating anything.
 
     The model's ``.grad`` are left as they were; BatchNorm running statistics do move
-    (once per micro-batch), as in training. Dropout masks are keyed by ``step_index``.
+    (once per micro-batch), as in training, unless it raises: then they are as they were
+    too. Dropout masks are keyed by ``step_index``.
     """
-    if sizes is None:
-        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
+    x, y = as_batch(x, y)
+    sizes = _sizes(x, micro_batch_size, num_micro_batches, sizes)
     acc = Accumulator(model, loss_fn, None, normalize=normalize, step_index=step_index)
-    saved = [p.grad for p in acc.params]
-    acc.discard()
+    saved = acc._snapshot()
     try:
+        acc.discard()
         for _, xj, yj in micro_batches(x, y, sizes):
             acc.add(xj, yj)
         grads = acc.gradients()
-    finally:
-        for p, g in zip(acc.params, saved):
-            p.grad = g
+    except BaseException:
+        acc._restore(saved)  # .grad and the BatchNorm running statistics
+        raise
+    for p, g in zip(acc.params, saved.grads):
+        p.grad = g
     return dict(zip((name for name, _ in model.named_parameters()), grads))
+
+
+def _sizes(x, micro_batch_size, num_micro_batches, sizes):
+    """The split of ``x``'s samples, checked: explicit ``sizes`` or ``split_sizes``."""
+    if sizes is None:
+        return split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
+    return check_sizes(sizes, x.shape[0])

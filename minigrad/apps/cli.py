@@ -6,32 +6,39 @@ and prints the loss and training accuracy as it goes.
 
 import argparse
 import contextlib
+import functools
 import time
 
 from minigrad import nn
 from minigrad.analysis.metrics import accuracy
 from minigrad.apps import data
+from minigrad.engine import validate
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
 
 
-def _at_least(kind, low, strict):
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad value reported in one line (no usage block) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _value(kind, check, flag, **limits):
+    """An argparse ``type``: parse ``kind`` (int or float), then ``check`` it as
+    ``minigrad.engine.validate`` does for the library, so both judge a value the same."""
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             noun = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
-        if value < low or (strict and value == low):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}, "
-                                             f"got {text}")
-        return value
+        try:
+            return check(flag, value, **limits)
+        except (TypeError, ValueError) as err:
+            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{flag} ")) from None
 
     return parse
-
-
-def _positive(kind):
-    return _at_least(kind, 0, strict=True)
 
 
 def _one_blas_thread():
@@ -86,25 +93,26 @@ def _train(model, x, y, args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="minigrad", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="minigrad", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = commands.add_parser("demo", help="train an MLP on spirals and print the loss",
                             description=demo.__doc__)
-    p.add_argument("--epochs", type=_positive(int), default=1000,
+    count = functools.partial(_value, int, validate.positive_int)
+    p.add_argument("--epochs", type=count("--epochs"), default=1000,
                    help="full-batch updates (default: %(default)s)")
-    p.add_argument("--lr", type=_positive(float), default=0.5,
-                   help="learning rate (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--lr", type=_value(float, validate.real, "--lr", strict_low=True),
+                   default=0.5, help="learning rate (default: %(default)s)")
+    p.add_argument("--seed", type=_value(int, validate.integer, "--seed", low=0), default=0,
                    help="seed of the data and the initial weights (default: %(default)s)")
-    p.add_argument("--hidden", type=_positive(int), default=64,
+    p.add_argument("--hidden", type=count("--hidden"), default=64,
                    help="width of both hidden layers (default: %(default)s)")
-    p.add_argument("--classes", type=_at_least(int, 2, strict=False), default=2,
-                   help="number of spiral arms (default: %(default)s)")
-    p.add_argument("--samples", type=_positive(int), default=400,
+    p.add_argument("--classes", type=_value(int, validate.integer, "--classes", low=2),
+                   default=2, help="number of spiral arms (default: %(default)s)")
+    p.add_argument("--samples", type=count("--samples"), default=400,
                    help="number of training points (default: %(default)s)")
-    p.add_argument("--noise", type=_at_least(float, 0.0, strict=False), default=0.1,
+    p.add_argument("--noise", type=_value(float, validate.real, "--noise"), default=0.1,
                    help="noise standard deviation per coordinate (default: %(default)s)")
-    p.add_argument("--every", type=_positive(int), default=100,
+    p.add_argument("--every", type=count("--every"), default=100,
                    help="print a row every this many epochs (default: %(default)s)")
     p.set_defaults(run=demo, error=p.error)
     return parser

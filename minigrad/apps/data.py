@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 
 
 def _labels(n_samples, n_classes, generator):
@@ -22,10 +22,10 @@ def _labels(n_samples, n_classes, generator):
 
     Also returns each sample's position j within its class and the class sizes n_k.
     """
-    if not isinstance(n_classes, int) or n_classes < 2:
-        raise ValueError(f"n_classes must be an int >= 2, got {n_classes!r}")
-    if not isinstance(n_samples, int) or n_samples < n_classes:
-        raise ValueError(f"n_samples must be an int >= n_classes={n_classes}, "
+    n_classes = validate.integer("n_classes", n_classes, low=2)
+    n_samples = validate.integer("n_samples", n_samples)
+    if n_samples < n_classes:
+        raise ValueError(f"n_samples must be an integer >= n_classes={n_classes}, "
                          f"got {n_samples!r}")
     i = np.arange(n_samples)
     y = i % n_classes
@@ -42,8 +42,8 @@ def spirals(n_samples=400, n_classes=2, noise=0.1, turns=1.0, seed=0):
     theta = 2 pi (k / C + turns * r), plus N(0, noise^2) on each coordinate:
     x = r (cos theta, sin theta) + noise * eps.
     """
-    if noise < 0:
-        raise ValueError(f"noise must be >= 0, got {noise!r}")
+    noise = validate.real("noise", noise)
+    turns = validate.real("turns", turns, low=None)
     generator = backend.rng(seed)
     y, position, sizes = _labels(n_samples, n_classes, generator)
     r = (position + 1) / sizes[y]
@@ -55,8 +55,9 @@ def spirals(n_samples=400, n_classes=2, noise=0.1, turns=1.0, seed=0):
 
 def blobs(n_samples=400, n_classes=3, n_features=2, spread=0.5, box=3.0, seed=0):
     """Isotropic Gaussian clusters: x = mu_y + spread * eps, with centres mu_k ~ U(-box, box)^D."""
-    if spread < 0:
-        raise ValueError(f"spread must be >= 0, got {spread!r}")
+    spread = validate.real("spread", spread)
+    box = validate.real("box", box)
+    n_features = validate.positive_int("n_features", n_features)
     generator = backend.rng(seed)
     centres = generator.uniform(-box, box, size=(n_classes, n_features))
     y, _, _ = _labels(n_samples, n_classes, generator)
@@ -71,8 +72,8 @@ def digits(seed=0, test_fraction=0.25):
     and the last ``round(test_fraction * 1797)`` of them are the test set. Needs
     scikit-learn (``pip install minigrad[data]``); its copy of the data ships with it.
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    test_fraction = validate.real("test_fraction", test_fraction, low=0.0, high=1.0,
+                                  strict_low=True, strict_high=True)
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:

@@ -10,6 +10,8 @@ target namespace with ``xp.asarray(..., device=...)``.
 import array_api_compat
 import numpy as np
 
+from minigrad.engine import validate
+
 FLOAT_DTYPES = ("float32", "float64")
 
 
@@ -96,6 +98,19 @@ def is_exact(x):
     return isinstance(x, np.ndarray) and x.dtype == object
 
 
+def is_numeric(xp, x):
+    """Whether ``x`` holds numbers: a bool, integer, floating or complex dtype, or an exact
+    (object) array whose every element is a ``Fraction`` or an int."""
+    if is_exact(x):
+        from fractions import Fraction
+
+        return all(isinstance(v, (Fraction, int)) for v in x.flat)
+    try:
+        return xp.isdtype(x.dtype, ("bool", "numeric"))
+    except (TypeError, ValueError):  # a dtype the namespace does not know (strings, ...)
+        return False
+
+
 def is_differentiable(xp, x):
     """Real floating point, or exact: the arrays a gradient can be taken for."""
     return is_exact(x) or is_floating(xp, x)
@@ -134,7 +149,7 @@ def rng(seed):
     """A seeded NumPy ``Generator`` (pass a ``Generator`` through unchanged)."""
     if isinstance(seed, np.random.Generator):
         return seed
-    return np.random.default_rng(seed)
+    return np.random.default_rng(validate.integer("seed", seed, low=0))
 
 
 def uniform(generator, low, high, shape, *, xp, dtype="float64", device=None):

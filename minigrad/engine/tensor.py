@@ -25,9 +25,17 @@ class Tensor:
     def __init__(self, data, requires_grad=False, *, dtype=None, xp=None, device=None):
         if isinstance(data, Tensor):
             data = data.data
+        given = type(data).__name__
         if xp is not None or not backend.is_array(data):
-            data = backend.move(data, backend.resolve_namespace(xp), device=device)
+            try:
+                data = backend.move(data, backend.resolve_namespace(xp), device=device)
+            except (TypeError, ValueError) as err:  # ragged lists, objects without a value
+                raise TypeError(f"Tensor data must be numbers or an array of them, got "
+                                f"{type(data).__name__}: {err}") from None
         self.xp = backend.get_namespace(data)
+        if not backend.is_numeric(self.xp, data):
+            raise TypeError(f"Tensor data must be numbers (bool, int, float, or Fractions in "
+                            f"exact mode), got {given} of dtype {data.dtype}")
         if dtype is not None:
             data = self.xp.astype(data, backend.as_dtype(self.xp, dtype))
         if requires_grad and not backend.is_differentiable(self.xp, data):
@@ -280,6 +288,9 @@ class Tensor:
         an explicit seed of its own shape.
         """
         gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+        if gradient is not None and not backend.is_array(gradient):
+            raise TypeError(f"gradient must be a Tensor or an array of shape {self.shape}, got "
+                            f"{type(gradient).__name__}")
         graph.backward(self, graph.seed(self, gradient))
 
 def primitive(data, inputs, backward):

@@ -9,6 +9,7 @@ global sample indices, so accumulated training draws the full batch's masks.
 
 from contextlib import contextmanager
 
+from minigrad.engine import validate
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
 
@@ -32,9 +33,8 @@ class Dropout(Module):
 
     def __init__(self, p=0.5, *, seed=0):
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability p must be in [0, 1], got {p!r}")
-        self.p, self.seed, self.calls = float(p), int(seed), 0
+        self.p = validate.probability("p", p)
+        self.seed, self.calls = validate.integer("seed", seed, low=0, high=2**63 - 1), 0
 
     def forward(self, x):
         if not self.training or self.p == 0.0:

@@ -6,7 +6,7 @@ finite values and gradients. Everything else needs no backward code.
 
 import math
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.engine.functions import take_along_axis
 from minigrad.engine.tensor import Tensor, primitive
 
@@ -91,8 +91,7 @@ def _reduce(loss, reduction, count):
 
 
 def _check_reduction(reduction):
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    validate.choice("reduction", reduction, REDUCTIONS)
 
 
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
@@ -104,6 +103,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     are all ignored is NaN, with a zero gradient, as in PyTorch.
     """
     _check_reduction(reduction)
+    ignore_index = validate.integer("ignore_index", ignore_index)
     logits = _tensor(logits)
     xp = logits.xp
     target = target.data if isinstance(target, Tensor) else target
@@ -152,8 +152,10 @@ def dropout(x, p=0.5, training=True, *, seed=0, step=0, sample_index=None):
     ``(seed, step, sample_index[i], feature)``: the same sample at the same step gets the
     same mask however the batch is split. ``sample_index`` defaults to ``0..N-1``.
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability p must be in [0, 1], got {p}")
+    p = validate.probability("p", p)
+    training = validate.boolean("training", training)
+    seed = validate.integer("seed", seed, low=0, high=2**63 - 1)
+    step = validate.integer("step", step, low=0)
     x = _tensor(x)
     if not training or p == 0.0:
         return x

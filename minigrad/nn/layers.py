@@ -2,7 +2,7 @@
 
 import math
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Parameter, Tensor
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
@@ -18,9 +18,9 @@ class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, *, generator=0,
                  dtype="float64", xp=None, device=None):
         super().__init__()
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        in_features = validate.positive_int("in_features", in_features)
+        out_features = validate.positive_int("out_features", out_features)
+        bias = validate.boolean("bias", bias)
         self.in_features, self.out_features = in_features, out_features
         xp = backend.resolve_namespace(xp)
         gen = backend.rng(generator)

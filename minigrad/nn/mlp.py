@@ -1,6 +1,6 @@
 """MLP: the model every notebook, test and command trains."""
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.nn.dropout import Dropout
 from minigrad.nn.layers import GELU, Linear, ReLU, Sequential, Sigmoid, Tanh
 from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
@@ -27,16 +27,15 @@ class MLP(Sequential):
 
     def __init__(self, sizes, activation="relu", norm=None, dropout=0.0, seed=0,
                  dtype="float64", xp=None, device=None, num_groups=None):
-        sizes = list(sizes)
-        if len(sizes) < 2 or not all(type(s) is int and s >= 1 for s in sizes):
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+            raise TypeError(f"sizes must list at least 2 positive ints, got {sizes!r}")
+        sizes = [validate.positive_int(f"sizes[{i}]", s) for i, s in enumerate(sizes)]
+        if len(sizes) < 2:
             raise ValueError(f"sizes must list at least 2 positive ints, got {sizes!r}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
-                             f"got {activation!r}")
-        if norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"dropout must be in [0, 1], got {dropout!r}")
+        validate.choice("activation", activation, tuple(ACTIVATIONS))
+        validate.choice("norm", norm, NORMS)
+        dropout = validate.probability("dropout", dropout)
+        num_groups = validate.optional(validate.positive_int, "num_groups", num_groups)
         generator = backend.rng(seed)
         dropout_seed = int(generator.integers(2**62))
         make = dict(dtype=dtype, xp=xp, device=device)

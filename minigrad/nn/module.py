@@ -160,33 +160,48 @@ class Module:
                 raise ValueError(f"state_dict[{name!r}] has shape {tuple(value.shape)}, "
                                  f"expected {tuple(target.shape)}")
             staged[name] = backend.get_namespace(target).astype(value, target.dtype, copy=True)
-        for key, _, table, name in self._entries():
-            if key not in staged:
-                continue
-            if isinstance(table[name], Tensor):
-                table[name].data = staged[key]
-            else:
-                table[name] = staged[key]
+        self._write(staged)
+
+    def _write(self, staged, drop_grads=False):
+        """Write ``{dotted name: array}`` into the parameters and buffers, all or nothing:
+        an interruption half-way (Ctrl-C) puts the old arrays back."""
+        old = []
+        try:
+            for key, _, table, name in self._entries():
+                if key not in staged:
+                    continue
+                value = table[name]
+                if isinstance(value, Tensor):
+                    old.append((value, None, None, value.data, value.xp, value.grad))
+                    value.data, value.xp = staged[key], backend.get_namespace(staged[key])
+                    if drop_grads:
+                        value.grad = None
+                else:
+                    old.append((None, table, name, value, None, None))
+                    table[name] = staged[key]
+        except BaseException:
+            for tensor, table, name, data, xp, grad in reversed(old):
+                if tensor is not None:
+                    tensor.data, tensor.xp, tensor.grad = data, xp, grad
+                else:
+                    table[name] = data
+            raise
 
     def to(self, xp=None, device=None, dtype=None):
         """Move every parameter and buffer to namespace ``xp`` / ``device`` / float ``dtype``.
 
-        Gradients are dropped (they belong to the old arrays). Returns ``self``.
+        Gradients are dropped (they belong to the old arrays). Returns ``self``. Every array
+        is converted before any is replaced, so a failure leaves the module as it was.
         """
         target = backend.resolve_namespace(xp) if xp is not None else None
-        for _, _, table, name in self._entries():
-            value = table[name]
-            if value is None:
-                continue
-            array = value.data if isinstance(value, Tensor) else value
+        staged = {}
+        for key, array in self.state_dict().items():
             ns = target or backend.get_namespace(array)
             array = backend.move(array, ns, device=device)
             if dtype is not None and backend.is_floating(ns, array):
                 array = ns.astype(array, backend.as_dtype(ns, dtype))
-            if isinstance(value, Tensor):
-                value.data, value.xp, value.grad = array, ns, None
-            else:
-                table[name] = array
+            staged[key] = array
+        self._write(staged, drop_grads=True)
         return self
 
     def __repr__(self):

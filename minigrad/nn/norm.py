@@ -6,7 +6,7 @@ BatchNorm1d over the batch (so samples are coupled, and micro-batching changes r
 GroupNorm and LayerNorm within each sample (so micro-batching does not).
 """
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Parameter, Tensor, no_grad
 from minigrad.nn.module import Module
 
@@ -71,15 +71,13 @@ class BatchNorm1d(Module):
                  track_running_stats=True, *, ghost_batch_size=None, dtype="float64", xp=None,
                  device=None):
         super().__init__()
-        if not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
-        if momentum is not None and not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"momentum must be in [0, 1] or None, got {momentum!r}")
-        if ghost_batch_size is not None and (not isinstance(ghost_batch_size, int)
-                                             or ghost_batch_size < 1):
-            raise ValueError(f"ghost_batch_size must be a positive int or None, "
-                             f"got {ghost_batch_size!r}")
-        self.ghost_batch_size = ghost_batch_size
+        num_features = validate.positive_int("num_features", num_features)
+        eps = validate.real("eps", eps)
+        momentum = validate.optional(validate.probability, "momentum", momentum)
+        affine = validate.boolean("affine", affine)
+        track_running_stats = validate.boolean("track_running_stats", track_running_stats)
+        self.ghost_batch_size = validate.optional(validate.positive_int, "ghost_batch_size",
+                                                  ghost_batch_size)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         xp = backend.resolve_namespace(xp)
@@ -165,9 +163,12 @@ class GroupNorm(Module):
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, dtype="float64",
                  xp=None, device=None):
         super().__init__()
-        if not isinstance(num_groups, int) or num_groups < 1 or num_channels % num_groups:
+        num_groups = validate.positive_int("num_groups", num_groups)
+        num_channels = validate.positive_int("num_channels", num_channels)
+        if num_channels % num_groups:
             raise ValueError(f"num_groups must be a positive int dividing num_channels="
                              f"{num_channels}, got {num_groups!r}")
+        eps, affine = validate.real("eps", eps), validate.boolean("affine", affine)
         self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
                                                                     eps, affine)
         if affine:
@@ -196,9 +197,9 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, *,
                  dtype="float64", xp=None, device=None):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-        self.normalized_shape, self.eps = tuple(shape), eps
-        self.elementwise_affine = elementwise_affine
+        self.normalized_shape = validate.shape("normalized_shape", normalized_shape)
+        self.eps = validate.real("eps", eps)
+        self.elementwise_affine = validate.boolean("elementwise_affine", elementwise_affine)
         if elementwise_affine:
             xp = backend.resolve_namespace(xp)
             _affine_params(self, self.normalized_shape, xp, dtype, device)

@@ -9,6 +9,8 @@
 (array([0.]), 1)
 """
 
+from fractions import Fraction
+
 from minigrad.engine import backend
 from minigrad.engine.tensor import Tensor
 from minigrad.optim import _checks, adam, adamw, sgd
@@ -29,26 +31,66 @@ class Optimizer:
         self.params = _parameter_list(params)
         self._rule = rule
         checked = rule.check_hyperparams(lr=lr, **hyperparams)
-        self.lr = checked.pop("lr")
+        self._lr = checked.pop("lr")
         self.hyperparams = checked
+        self._exact_hyperparams()  # refuses Adam and float hyperparameters in exact mode
         self.state = [rule.init([p.data]) for p in self.params]
         self.step_count = 0
+
+    @property
+    def lr(self):
+        return self._lr
+
+    @lr.setter
+    def lr(self, value):
+        self._lr = self.check_lr(value)
+
+    def check_lr(self, value):
+        """``value`` checked as a learning rate for this optimizer: what ``lr = value`` stores.
+
+        A scheduler calls this before it changes anything.
+        """
+        lr = _checks.real("lr", value)
+        return _exact_number("lr", lr) if self._is_exact() else lr
 
     def step(self):
         """One update of every parameter that has a gradient."""
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
         _checks.check_like([self.params[i].grad for i in active],
                            [self.params[i].data for i in active], "params[{}].grad", active)
-        updates = [self._update(i) for i in active]
-        for i, ((data,), state) in zip(active, updates):
-            self.params[i].data = data
-            self.state[i] = state
-        self.step_count += 1
+        lr, hyperparams = self._exact_hyperparams()
+        updates = [self._rule.update([self.params[i].grad], self.state[i], [self.params[i].data],
+                                     lr=lr, **hyperparams) for i in active]
+        old = [(self.params[i].data, self.state[i]) for i in active]
+        try:
+            for i, ((data,), state) in zip(active, updates):
+                self.params[i].data = data
+                self.state[i] = state
+            self.step_count += 1
+        except BaseException:  # e.g. Ctrl-C half-way through the writes
+            for i, (data, state) in zip(active, old):
+                self.params[i].data, self.state[i] = data, state
+            raise
 
-    def _update(self, i):
-        p = self.params[i]
-        return self._rule.update([p.grad], self.state[i], [p.data], lr=self.lr,
-                                 **self.hyperparams)
+    def _is_exact(self):
+        return any(backend.is_exact(p.data) for p in self.params)
+
+    def _exact_hyperparams(self):
+        """``(lr, hyperparams)`` as this step uses them.
+
+        In exact mode (``Fraction`` parameters) every number must be exact: a float that is
+        an integer (the defaults 0.0 and 1.0) becomes a ``Fraction``; any other float raises
+        ``TypeError``, since ``Fraction * float`` would silently turn the parameters into
+        floats. Adam and AdamW need square roots, so they refuse exact parameters.
+        """
+        if not self._is_exact():
+            return self._lr, self.hyperparams
+        if self._rule is not sgd:
+            raise TypeError(f"{type(self).__name__} needs square roots, which are not exact: "
+                            "exact (Fraction) parameters support optim.SGD only")
+        exact = {name: _exact_number(name, value) for name, value in self.hyperparams.items()}
+        self._lr, self.hyperparams = _exact_number("lr", self._lr), exact
+        return self._lr, exact
 
     def zero_grad(self):
         """Forget every gradient: ``p.grad = None``."""
@@ -83,11 +125,13 @@ class Optimizer:
             raise ValueError(f"state_dict has hyperparameters {sorted(state_dict['hyperparams'])}"
                              f", this optimizer has {sorted(self.hyperparams)}")
         checked = self._rule.check_hyperparams(lr=state_dict["lr"], **state_dict["hyperparams"])
-        step_count = _checks.integer("step_count", state_dict["step_count"])
+        step_count = _checks.integer("step_count", state_dict["step_count"], low=0)
         fields = {name: self._loaded_field(state_dict, name, fresh) for name in fresh._fields}
-        self.lr = checked.pop("lr")
-        self.hyperparams = checked
-        self.step_count = step_count
+        lr = checked.pop("lr")
+        if self._is_exact():
+            lr = _exact_number("lr", lr)
+            checked = {name: _exact_number(name, value) for name, value in checked.items()}
+        self._lr, self.hyperparams, self.step_count = lr, checked, step_count
         self.state = [fresh._replace(**{name: values[i] for name, values in fields.items()})
                       for i in range(len(self.params))]
 
@@ -102,7 +146,8 @@ class Optimizer:
             raise ValueError(f"state_dict[{name!r}] has {len(values)} entries "
                              f"for {len(self.params)} parameters")
         if name == "count":
-            return [_checks.integer(f"state_dict['count'][{i}]", c) for i, c in enumerate(values)]
+            return [_checks.integer(f"state_dict['count'][{i}]", c, low=0)
+                    for i, c in enumerate(values)]
         if getattr(fresh, name) is not None and any(v is None for v in values):
             raise ValueError(f"state_dict[{name!r}] needs an array for every parameter")
         return [None if v is None else (_like(v, p.data, f"state_dict[{name!r}][{i}]"),)
@@ -141,6 +186,20 @@ def _like(value, param, name):
         raise ValueError(f"{name} has shape {tuple(value.shape)}, "
                          f"its parameter has shape {tuple(param.shape)}")
     return xp.astype(value, param.dtype, copy=True)
+
+
+def _exact_number(name, value):
+    """``value`` unchanged if exact (a Fraction, an int or a bool); an integral float as a
+    Fraction; any other float raises ``TypeError`` naming ``name``."""
+    if isinstance(value, (Fraction, int, bool)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_exact_number(f"{name}[{i}]", v) for i, v in enumerate(value))
+    if float(value).is_integer():
+        return Fraction(int(value))
+    f = Fraction(value).limit_denominator(10**6)
+    raise TypeError(f"{name}={value!r} is a float, but the parameters are exact Fractions: "
+                    f"pass a Fraction, e.g. {name}=Fraction({f.numerator}, {f.denominator})")
 
 
 def _single(value):

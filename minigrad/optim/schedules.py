@@ -14,7 +14,7 @@ from minigrad.optim import _checks
 
 
 def _index(t):
-    return _checks.integer("t", t)
+    return _checks.integer("t", t, low=0)
 
 
 def constant(lr):
@@ -75,7 +75,7 @@ def linear_warmup(schedule, warmup_steps, start_factor=1.0 / 3):
     """
     if not callable(schedule):
         raise TypeError(f"schedule must be a callable t -> lr, got {type(schedule).__name__}")
-    warmup_steps = _checks.integer("warmup_steps", warmup_steps)
+    warmup_steps = _checks.integer("warmup_steps", warmup_steps, low=0)
     start_factor = _checks.real("start_factor", start_factor)
     if start_factor > 1:
         raise ValueError(f"start_factor must satisfy 0 <= start_factor <= 1, got {start_factor}")
@@ -94,32 +94,57 @@ class Scheduler:
 
     Call ``step()`` once per optimizer update, right after ``optimizer.step()``, never per
     micro-batch: calling it again with no update in between raises ``RuntimeError``.
-    Construction sets ``optimizer.lr = schedule(0)``, the rate of the first update.
+    Construction sets ``optimizer.lr = schedule(0)``, the rate of the first update. Each
+    rate is computed and checked (finite, >= 0) before anything changes, so a schedule that
+    raises or returns nonsense leaves the scheduler and the optimizer as they were.
     """
 
     def __init__(self, optimizer, schedule):
+        if not callable(schedule):
+            raise TypeError(f"schedule must be a callable t -> lr, got {type(schedule).__name__}")
+        if not hasattr(optimizer, "check_lr"):
+            raise TypeError(f"optimizer must be a minigrad optimizer, got "
+                            f"{type(optimizer).__name__}")
+        lr = self._rate(optimizer, schedule, 0)
         self.optimizer = optimizer
         self.schedule = schedule
         self.t = 0
         self._seen_updates = optimizer.step_count
-        optimizer.lr = schedule(0)
+        optimizer.lr = lr
 
-    def step(self):
-        """Advance t by one and set the optimizer's ``lr`` for the next update."""
+    @staticmethod
+    def _rate(optimizer, schedule, t):
+        """``schedule(t)``, checked as the optimizer's learning rate."""
+        lr = schedule(t)
+        try:
+            return optimizer.check_lr(lr)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"the schedule's rate for update {t}: {err}") from None
+
+    def next_lr(self):
+        """The rate of the next update, ``schedule(t + 1)``, checked; changes nothing.
+
+        ``accumulate`` computes it before the optimizer's update and hands it to ``step``,
+        so a schedule that fails leaves the parameters untouched too.
+        """
+        return self._rate(self.optimizer, self.schedule, self.t + 1)
+
+    def step(self, lr=None):
+        """Advance t by one and set the optimizer's ``lr`` (``next_lr()`` unless given)."""
         if self.optimizer.step_count == self._seen_updates:
             raise RuntimeError("Scheduler.step() with no optimizer update since the last call: "
                                "the schedule advances once per optimizer.step(), "
                                "never per micro-batch")
-        self._seen_updates = self.optimizer.step_count
-        self.t += 1
-        self.optimizer.lr = self.schedule(self.t)
+        lr = self.next_lr() if lr is None else self.optimizer.check_lr(lr)
+        self.t, self._seen_updates, self.optimizer.lr = self.t + 1, self.optimizer.step_count, lr
 
     def state_dict(self):
         return {"t": self.t}
 
     def load_state_dict(self, state_dict):
         """Resume at update index ``state_dict["t"]`` and set the optimizer's ``lr`` for it."""
-        t = _checks.integer("t", state_dict["t"])
-        self.optimizer.lr = self.schedule(t)
-        self.t = t
-        self._seen_updates = self.optimizer.step_count
+        if not isinstance(state_dict, dict) or "t" not in state_dict:
+            raise ValueError(f"scheduler state must be a dict with 't', got {state_dict!r}")
+        t = _checks.integer("t", state_dict["t"], low=0)
+        lr = self._rate(self.optimizer, self.schedule, t)
+        self.optimizer.lr, self.t, self._seen_updates = lr, t, self.optimizer.step_count

@@ -45,8 +45,11 @@ def classification(xp, n=N, classes=4, seed=0, ignored=()):
 @pytest.mark.parametrize("kwargs, message", [
     ({"normalize": "mean"}, "normalize must be one of"),
     ({"on_nonfinite": "ignore"}, "on_nonfinite must be one of"),
-    ({"every": 0}, "every must be a positive int or None, got 0"),
-    ({"max_grad_norm": 0.0}, "max_grad_norm must be positive or None, got 0.0"),
+    ({"every": 0}, "every must be a positive int, got 0"),
+    ({"max_grad_norm": 0.0}, "max_grad_norm must be a finite number with max_grad_norm > 0, "
+                             "got 0.0"),
+    ({"max_grad_norm": float("inf")}, "max_grad_norm must be a finite number"),
+    ({"step_index": -1}, "step_index must be an integer >= 0, got -1"),
 ])
 def test_accumulator_argument_errors(xp, kwargs, message):
     model = dyadic_mlp(xp)

@@ -3,6 +3,7 @@
 
 import math
 
+import numpy as np
 import pytest
 from dyadic import regression
 from hypothesis import given
@@ -45,16 +46,27 @@ def test_split_sizes_by_count_is_near_equal(n, data):
     assert sizes == sorted(sizes, reverse=True)  # the larger ones first
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"micro_batch_size": 2, "num_micro_batches": 2}, "not both"),
-    ({"micro_batch_size": 0}, "micro_batch_size must be a positive int, got 0"),
-    ({"micro_batch_size": 2.5}, "micro_batch_size must be a positive int, got 2.5"),
-    ({"num_micro_batches": 0}, r"num_micro_batches must be an int in \[1, 10\], got 0"),
-    ({"num_micro_batches": 11}, r"num_micro_batches must be an int in \[1, 10\], got 11"),
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"micro_batch_size": 2, "num_micro_batches": 2}, ValueError, "not both"),
+    ({"micro_batch_size": 0}, ValueError, "micro_batch_size must be a positive int, got 0"),
+    ({"micro_batch_size": 2.5}, TypeError,
+     "micro_batch_size must be a positive int, got float 2.5"),
+    ({"micro_batch_size": True}, TypeError,
+     "micro_batch_size must be a positive int, got bool True"),
+    ({"num_micro_batches": 0}, ValueError,
+     r"num_micro_batches must be an integer in \[1, 10\], got 0"),
+    ({"num_micro_batches": 11}, ValueError,
+     r"num_micro_batches must be an integer in \[1, 10\], got 11"),
 ])
-def test_split_sizes_errors(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_split_sizes_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
         split_sizes(10, **kwargs)
+
+
+def test_split_sizes_takes_numpy_integers():
+    assert split_sizes(np.int64(10), micro_batch_size=np.int64(4)) == [4, 4, 2]
+    assert split_sizes(10, num_micro_batches=np.int32(4)) == [3, 3, 2, 2]
+    assert all(type(s) is int for s in split_sizes(10, micro_batch_size=np.int64(4)))
 
 
 def test_micro_batches_are_consecutive_slices(xp):
@@ -66,8 +78,15 @@ def test_micro_batches_are_consecutive_slices(xp):
     assert bool(xp.all(xp.concat([yj for _, _, yj in parts]) == y))
 
 
-@pytest.mark.parametrize("sizes", [[3, 3], [4, 5], [8, 0], [9, -1]])
-def test_micro_batches_refuses_sizes_that_do_not_partition_the_batch(xp, sizes):
+@pytest.mark.parametrize("sizes, error, message", [
+    ([3, 3], ValueError, r"must be positive and sum to the batch size 8"),
+    ([4, 5], ValueError, r"must be positive and sum to the batch size 8"),
+    ([8, 0], ValueError, r"sizes\[1\] must be a positive int, got 0"),
+    ([9, -1], ValueError, r"sizes\[1\] must be a positive int, got -1"),
+    ([4.0, 4.0], TypeError, r"sizes\[0\] must be a positive int, got float 4.0"),
+])
+def test_micro_batches_refuses_sizes_that_do_not_partition_the_batch(xp, sizes, error,
+                                                                      message):
     x, y = regression(xp)
-    with pytest.raises(ValueError, match=r"must be positive and sum to the batch size 8"):
+    with pytest.raises(error, match=message):
         list(micro_batches(x, y, sizes))

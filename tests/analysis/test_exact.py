@@ -105,3 +105,35 @@ def test_non_piecewise_linear_layers_are_refused(layer):
     model = nn.Sequential(nn.Linear(2, 3), layer)
     with pytest.raises(TypeError, match="Linear and ReLU"):
         to_exact(model)
+
+
+def test_exact_sgd_stays_exact_with_default_dampening_and_nesterov():
+    # (1 - dampening) * g with the float default 0.0 would turn Fractions into floats from
+    # the second update on; the optimizer makes integral floats exact instead.
+    for hyper in ({"momentum": Fraction(9, 10)}, {"momentum": Fraction(1, 2), "nesterov": True},
+                  {"momentum": Fraction(1, 2), "weight_decay": Fraction(1, 100)}):
+        model = to_exact(nn.MLP([2, 3, 1], seed=2))
+        opt = optim.SGD(model.parameters(), lr=Fraction(1, 8), **hyper)
+        x, y = to_fractions(np.ones((4, 2))), to_fractions(np.zeros((4, 1)))
+        for _ in range(3):
+            step(model, nn.MSELoss(), opt, x, y, sizes=[1, 3])
+        assert all(isinstance(v, (Fraction, int)) for p in model.parameters()
+                   for v in p.data.ravel())
+        assert all(isinstance(v, Fraction) for m in opt.state[0].mu for v in m.ravel())
+
+
+def test_exact_mode_refuses_float_hyperparameters_and_square_roots():
+    model = to_exact(nn.MLP([2, 3, 1], seed=2))
+    with pytest.raises(TypeError, match=r"lr=0.1 is a float.*lr=Fraction\(1, 10\)"):
+        optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TypeError, match=r"momentum=0.9 is a float"):
+        optim.SGD(model.parameters(), lr=Fraction(1, 10), momentum=0.9)
+    with pytest.raises(TypeError, match="Adam needs square roots"):
+        optim.Adam(model.parameters(), lr=Fraction(1, 10))
+    opt = optim.SGD(model.parameters(), lr=1)  # an integral float or int is exact: kept
+    assert opt.lr == 1
+    with pytest.raises(TypeError, match="lr=0.5 is a float"):
+        opt.lr = 0.5  # what a schedule returning floats would do
+    assert opt.lr == 1
+    opt.lr = Fraction(1, 2)
+    assert opt.lr == Fraction(1, 2)

@@ -114,3 +114,26 @@ def test_readme_examples_run_as_shown():
         runner.run(test, clear_globs=False)
         globs = test.globs  # a DocTest works on a copy; later blocks build on earlier ones
     assert runner.summarize(verbose=False).failed == 0
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--lr", "nan"], "--lr"),
+    (["--lr", "inf"], "--lr"),
+    (["--lr", "-1"], "--lr"),
+    (["--noise", "nan"], "--noise"),
+    (["--seed", "-1"], "--seed"),
+    (["--epochs", "0"], "--epochs"),
+    (["--epochs", "1.5"], "--epochs"),
+    (["--classes", "1"], "--classes"),
+    (["--samples", "2", "--classes", "3"], "--samples"),
+    (["--hidden", "many"], "--hidden"),
+])
+def test_a_bad_value_is_one_line_naming_the_flag_with_exit_status_2(capsys, argv, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["demo", *argv])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in captured.err
+    assert lines[0].startswith("minigrad demo: error:")

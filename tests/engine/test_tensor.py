@@ -2,6 +2,8 @@
 autograd, on every namespace; broadcasting properties; edge conventions; comparisons; bad
 input. The reverse walk itself (backward(), no_grad, detach) is tested in test_graph.py."""
 
+from fractions import Fraction
+
 import autograd.numpy as anp
 import numpy as np
 import pytest
@@ -232,3 +234,24 @@ def test_failing_op_leaves_grad_unchanged(xp):
         take_along_axis(x, xp.asarray([0.5]))
     assert x.grad is before
     assert _equal(x.grad, [2.0, 2.0])
+
+
+@pytest.mark.parametrize("data", ["abc", ["a", "b"], [[1.0, 2.0], [3.0]], {"a": 1}, None,
+                                  np.array([object()], dtype=object),
+                                  np.array([Fraction(1, 2), 0.5], dtype=object)])
+def test_non_numbers_are_refused(data):
+    with pytest.raises(TypeError, match="Tensor data must be numbers"):
+        Tensor(data)
+
+
+def test_exact_tensors_hold_fractions_and_ints_only():
+    t = Tensor(np.array([Fraction(1, 2), 3], dtype=object), requires_grad=True)
+    assert t.requires_grad and t.data[0] == Fraction(1, 2)
+
+
+@pytest.mark.parametrize("gradient", [[1.0, 1.0], 1.0, "1"])
+def test_backward_refuses_a_seed_that_is_not_an_array(gradient):
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"gradient must be a Tensor or an array of shape \(2,\)"):
+        (x * 2.0).backward(gradient=gradient)
+    assert x.grad is None

@@ -132,8 +132,9 @@ def test_eval_mode_ignores_ghost_size(xp):
 
 
 def test_bad_ghost_sizes(xp):
-    for bad in (0, -2, 2.5, "4"):
-        with pytest.raises(ValueError, match="ghost_batch_size must be a positive int"):
+    for bad, error in ((0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError),
+                       (True, TypeError)):
+        with pytest.raises(error, match="ghost_batch_size must be a positive int"):
             nn.BatchNorm1d(3, ghost_batch_size=bad, xp=xp)
     bn = nn.BatchNorm1d(3, ghost_batch_size=4, xp=xp)
     with pytest.raises(ValueError, match=r"ghost_batch_size=4.*\(9, 3\) leaves 1"):

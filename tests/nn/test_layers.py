@@ -111,17 +111,19 @@ def test_linear_bad_input(xp):
         layer(_tensor(xp, 1.0))
     with pytest.raises(ValueError, match="in_features must be a positive int"):
         nn.Linear(0, 2, xp=xp)
-    with pytest.raises(ValueError, match="out_features must be a positive int"):
+    with pytest.raises(TypeError, match="out_features must be a positive int, got float 2.0"):
         nn.Linear(3, 2.0, xp=xp)
     with pytest.raises(TypeError, match="cannot mix"):
         layer(_tensor(_other(xp), np.ones((4, 3))))
 
 
 def test_sizes_reject_booleans():
-    with pytest.raises(ValueError, match="in_features must be a positive int"):
+    with pytest.raises(TypeError, match="in_features must be a positive int, got bool True"):
         nn.Linear(True, 3)
-    with pytest.raises(ValueError, match="sizes must list"):
+    with pytest.raises(TypeError, match=r"sizes\[1\] must be a positive int, got bool True"):
         nn.MLP([2, True, 3])
+    with pytest.raises(TypeError, match="num_features must be a positive int, got bool True"):
+        nn.BatchNorm1d(True)
 
 
 # ----- small modules -----------------------------------------------------------------------------

@@ -67,18 +67,21 @@ def test_mlp_block_order(xp):
         assert type(nn.MLP([2, 8, 3], activation=name, xp=xp)[1]) is cls
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"sizes": [3]}, "sizes"),
-    ({"sizes": [3, 0, 2]}, "sizes"),
-    ({"sizes": [3, 2.5, 2]}, "sizes"),
-    ({"activation": "softplus"}, "activation.*'softplus'"),
-    ({"norm": "instance"}, "norm.*'instance'"),
-    ({"dropout": -0.1}, r"dropout must be in \[0, 1\]"),
-    ({"dropout": 1.5}, r"dropout must be in \[0, 1\]"),
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"sizes": [3]}, ValueError, "sizes"),
+    ({"sizes": [3, 0, 2]}, ValueError, r"sizes\[1\] must be a positive int, got 0"),
+    ({"sizes": [3, 2.5, 2]}, TypeError, r"sizes\[1\] must be a positive int, got float 2.5"),
+    ({"sizes": 3}, TypeError, "sizes must list"),
+    ({"activation": "softplus"}, ValueError, "activation.*'softplus'"),
+    ({"norm": "instance"}, ValueError, "norm.*'instance'"),
+    ({"dropout": -0.1}, ValueError, r"dropout must be a finite number with 0 <= dropout <= 1"),
+    ({"dropout": 1.5}, ValueError, r"dropout must be a finite number with 0 <= dropout <= 1"),
+    ({"seed": -1}, ValueError, "seed must be an integer >= 0, got -1"),
+    ({"num_groups": 0}, ValueError, "num_groups must be a positive int, got 0"),
 ])
-def test_mlp_bad_arguments_raise_naming_the_argument(xp, kwargs, match):
+def test_mlp_bad_arguments_raise_naming_the_argument(xp, kwargs, error, match):
     args = {"sizes": [3, 4, 2], **kwargs}
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         nn.MLP(xp=xp, **args)
 
 

@@ -200,3 +200,45 @@ def test_to_moves_every_parameter_and_buffer(xp):
         assert np.array_equal(backend.to_numpy(value), before[name].astype(
             np.float32 if before[name].dtype == np.float64 else before[name].dtype)), name
     assert model(_tensor(xp, np.ones((2, 3)), dtype="float32")).dtype == xp.float32
+
+
+class _Fragile(Parameter):
+    """A parameter whose next ``.data`` write raises ``KeyboardInterrupt`` once armed (once:
+    the rollback's own write goes through)."""
+
+    armed = False
+
+    @property
+    def data(self):
+        return self.__dict__["data"]
+
+    @data.setter
+    def data(self, value):
+        if _Fragile.armed:
+            _Fragile.armed = False
+            raise KeyboardInterrupt
+        self.__dict__["data"] = value
+
+
+@pytest.mark.parametrize("operation", ["load_state_dict", "to"])
+def test_an_interrupt_half_way_through_the_writes_leaves_the_module_as_it_was(operation):
+    holder = nn.Module()
+    holder.last = _Fragile([1.0, 2.0])
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2), holder)  # written last
+    for p in model.parameters():
+        p.grad = p.data * 2.0
+    before = _snapshot(model)
+    grads = [p.grad for p in model.parameters()]
+    new_state = {k: np.asarray(backend.to_numpy(v)) + 1 for k, v in model.state_dict().items()}
+    _Fragile.armed = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if operation == "load_state_dict":
+                model.load_state_dict(new_state)
+            else:
+                model.to(dtype="float32")
+    finally:
+        _Fragile.armed = False
+    _assert_same_state(model, before)
+    assert all(p.data.dtype == np.float64 for p in model.parameters())
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads))

@@ -1,0 +1,107 @@
+"""The checks and the snapshot that make every accumulation call all-or-nothing.
+
+``as_batch`` and the ``check_*`` functions judge the arguments before anything runs;
+``TrainingState`` holds references to everything a call may change, so that any failure,
+``KeyboardInterrupt`` included, puts all of it back.
+"""
+
+from dataclasses import dataclass
+
+from minigrad.engine import Tensor, backend
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """References to everything an accumulator call may change, to put back on failure.
+
+    Parameters, ``.grad`` and buffers are replaced by new arrays, never written into, so
+    holding the old references is a snapshot. The optimizer's and scheduler's attributes
+    are copied one level deep (the optimizer's per-parameter state list is replaced).
+    """
+
+    data: list
+    grads: list
+    buffers: dict
+    window: object
+    skipped_updates: int
+    optimizer: dict | None
+    scheduler: dict | None
+
+    @classmethod
+    def of(cls, acc):
+        def attributes(obj):
+            if obj is None:
+                return None
+            return {k: list(v) if isinstance(v, list) else v for k, v in vars(obj).items()}
+
+        return cls([p.data for p in acc.params], [p.grad for p in acc.params],
+                   dict(acc.model.named_buffers()), acc.window, acc.skipped_updates,
+                   attributes(acc.optimizer), attributes(acc.scheduler))
+
+    def restore(self, acc):
+        for p, data, grad in zip(acc.params, self.data, self.grads):
+            p.data, p.grad = data, grad
+        acc.model.set_buffers(self.buffers)
+        acc.window, acc.skipped_updates = self.window, self.skipped_updates
+        for obj, attributes in ((acc.optimizer, self.optimizer), (acc.scheduler, self.scheduler)):
+            if obj is not None:
+                vars(obj).update({k: list(v) if isinstance(v, list) else v
+                                  for k, v in attributes.items()})
+
+
+def as_batch(x, y):
+    """``(x, y)`` as arrays of one namespace with the same number of samples.
+
+    Tensors are unwrapped (their ``.data``); anything else that is not an array is refused.
+    """
+    arrays = []
+    for name, a in (("x", x), ("y", y)):
+        a = a.data if isinstance(a, Tensor) else a
+        if not backend.is_array(a):
+            raise TypeError(f"{name} must be an array (NumPy, CuPy, ...) or a Tensor, "
+                            f"got {type(a).__name__}")
+        if a.ndim == 0:
+            raise ValueError(f"{name} must have a sample axis, got a 0-d array")
+        arrays.append(a)
+    x, y = arrays
+    backend.get_namespace(x, y)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} samples but y has {y.shape[0]}")
+    if x.shape[0] == 0:
+        raise ValueError("the batch is empty: x has 0 samples")
+    return x, y
+
+
+def check_optimizer(optimizer, params):
+    """The optimizer (None allowed: gradients only) holds parameters of the model."""
+    if optimizer is None:
+        return
+    if not hasattr(optimizer, "params") or not hasattr(optimizer, "step"):
+        raise TypeError(f"optimizer must be a minigrad optimizer (optim.SGD, ...), "
+                        f"got {type(optimizer).__name__}")
+    own = {id(p) for p in params}
+    for i, p in enumerate(optimizer.params):
+        if id(p) not in own:
+            raise ValueError(f"optimizer.params[{i}] is not a parameter of the model (was the "
+                             "model rebuilt after the optimizer was made?); build the "
+                             "optimizer from model.parameters()")
+
+
+def check_scheduler(scheduler, optimizer):
+    if scheduler is None:
+        return
+    if not hasattr(scheduler, "next_lr"):
+        raise TypeError(f"scheduler must be an optim.Scheduler, got {type(scheduler).__name__}")
+    if scheduler.optimizer is not optimizer:
+        raise ValueError("scheduler drives another optimizer than the one given; build it "
+                         "with Scheduler(optimizer, schedule)")
+
+
+def like(value, param, name):
+    """``value`` moved to ``param``'s namespace and device and cast to its dtype."""
+    if not backend.is_array(value):
+        raise TypeError(f"{name} must be an array or None, got {type(value).__name__}")
+    value = backend.move(value, param.xp, device=param.device)
+    if tuple(value.shape) != param.shape:
+        raise ValueError(f"{name} has shape {tuple(value.shape)}, parameter has {param.shape}")
+    return param.xp.astype(value, param.dtype)
