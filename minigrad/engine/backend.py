@@ -98,6 +98,27 @@ def is_exact(x):
     return isinstance(x, np.ndarray) and x.dtype == object
 
 
+def as_array(data, *, xp=None, dtype=None, device=None):
+    """``data`` (an array, a number or nested lists) as an array of numbers: moved to ``xp``
+    and ``device`` when given (lists go to ``xp`` or NumPy), cast to ``dtype`` when given.
+
+    ``TypeError`` for anything that is not numbers: strings, ragged lists, ``None``, object
+    arrays other than exact ``Fraction`` ones.
+    """
+    given = type(data).__name__
+    if xp is not None or not is_array(data):
+        try:
+            data = move(data, resolve_namespace(xp), device=device)
+        except (TypeError, ValueError) as err:  # ragged lists, objects without a value
+            raise TypeError(f"Tensor data must be numbers or an array of them, got {given}: "
+                            f"{err}") from None
+    namespace = get_namespace(data)
+    if not is_numeric(namespace, data):
+        raise TypeError(f"Tensor data must be numbers (bool, int, float, or Fractions in "
+                        f"exact mode), got {given} of dtype {data.dtype}")
+    return data if dtype is None else namespace.astype(data, as_dtype(namespace, dtype))
+
+
 def is_numeric(xp, x):
     """Whether ``x`` holds numbers: a bool, integer, floating or complex dtype, or an exact
     (object) array whose every element is a ``Fraction`` or an int."""

@@ -25,19 +25,8 @@ class Tensor:
     def __init__(self, data, requires_grad=False, *, dtype=None, xp=None, device=None):
         if isinstance(data, Tensor):
             data = data.data
-        given = type(data).__name__
-        if xp is not None or not backend.is_array(data):
-            try:
-                data = backend.move(data, backend.resolve_namespace(xp), device=device)
-            except (TypeError, ValueError) as err:  # ragged lists, objects without a value
-                raise TypeError(f"Tensor data must be numbers or an array of them, got "
-                                f"{type(data).__name__}: {err}") from None
+        data = backend.as_array(data, xp=xp, dtype=dtype, device=device)
         self.xp = backend.get_namespace(data)
-        if not backend.is_numeric(self.xp, data):
-            raise TypeError(f"Tensor data must be numbers (bool, int, float, or Fractions in "
-                            f"exact mode), got {given} of dtype {data.dtype}")
-        if dtype is not None:
-            data = self.xp.astype(data, backend.as_dtype(self.xp, dtype))
         if requires_grad and not backend.is_differentiable(self.xp, data):
             raise TypeError(f"only floating-point (or exact Fraction) tensors can require grad,"
                             f" got {data.dtype}")
