@@ -47,18 +47,27 @@ def seed(root, gradient=None):
     return gradient
 
 
-def backward(root, gradient):
+def backward(root, gradient, retain_graph=False):
     """Add d(root)/d(leaf) . gradient into ``.grad`` of every leaf below ``root``.
 
     Each node's gradient is complete before it is passed on (reverse topological order).
     ``.grad`` is written only once every gradient is computed: an error (or Ctrl-C)
     half-way through leaves all ``.grad`` as they were, never half-accumulated. Gradients
     are added out of place (``grad + g``), never into an existing array.
+
+    Memory: a node's ``backward`` closure holds the arrays its rule needs (the inputs of a
+    product, the output of an exp, ...). Unless ``retain_graph``, each node is cut loose as
+    soon as its backward has run (its closure and its links to its inputs are dropped, as
+    PyTorch frees saved tensors), so the activations of the forward pass are freed during
+    the walk, from the loss back to the inputs, and the peak is not "all activations plus
+    all gradients". A second backward through a freed node raises ``RuntimeError``.
     """
     xp = root.xp
     grads = {id(root): gradient}
     leaves = []
-    for node in reversed(topological_order(root)):
+    order = topological_order(root)
+    while order:
+        node = order.pop()  # popping drops the walk's own reference to the node
         g = grads.pop(id(node), None)
         if g is None:
             continue
@@ -68,9 +77,12 @@ def backward(root, gradient):
             leaves.append((node, g))
             continue
         grads_in = node._backward(g)
-        if len(node._parents) == 1:
+        parents = node._parents
+        if not retain_graph:
+            node._backward, node._parents = _freed, ()
+        if len(parents) == 1:
             grads_in = (grads_in,)  # a one-input backward returns a bare gradient
-        for parent, pg in zip(node._parents, grads_in):
+        for parent, pg in zip(parents, grads_in):
             if pg is None or not parent.requires_grad:
                 continue
             if not hasattr(pg, "shape"):  # a bare Fraction from a 0-d object array
@@ -78,8 +90,15 @@ def backward(root, gradient):
             pg = unbroadcast(xp, pg, parent.shape)
             key = id(parent)
             grads[key] = pg if key not in grads else grads[key] + pg
+        del node, g, grads_in, parents
     for leaf, g in leaves:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
+
+
+def _freed(g):
+    raise RuntimeError("backward through a part of the graph that a previous backward() "
+                       "already freed; call backward(retain_graph=True) the first time to "
+                       "walk it twice")
 
 
 def unbroadcast(xp, g, shape):

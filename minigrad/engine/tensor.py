@@ -13,7 +13,7 @@ array([2., 4., 6.])
 
 import operator
 
-from minigrad.engine import backend, graph
+from minigrad.engine import backend, graph, validate
 from minigrad.engine.graph import is_grad_enabled, no_grad
 
 __all__ = ["Parameter", "Tensor", "is_grad_enabled", "no_grad", "primitive"]
@@ -270,17 +270,19 @@ class Tensor:
     __hash__ = object.__hash__
 
     # ----- reverse mode ----------------------------------------------------------------------
-    def backward(self, gradient=None):
+    def backward(self, gradient=None, retain_graph=False):
         """Add d(self)/d(leaf) . gradient into ``.grad`` of every leaf that requires grad.
 
         ``gradient`` defaults to ones for a single-element output; any other output needs
-        an explicit seed of its own shape.
+        an explicit seed of its own shape. The graph's saved arrays are freed as the walk
+        goes (``minigrad.engine.graph.backward``) unless ``retain_graph=True``.
         """
         gradient = gradient.data if isinstance(gradient, Tensor) else gradient
         if gradient is not None and not backend.is_array(gradient):
             raise TypeError(f"gradient must be a Tensor or an array of shape {self.shape}, got "
                             f"{type(gradient).__name__}")
-        graph.backward(self, graph.seed(self, gradient))
+        retain_graph = validate.boolean("retain_graph", retain_graph)
+        graph.backward(self, graph.seed(self, gradient), retain_graph=retain_graph)
 
 def primitive(data, inputs, backward):
     """A new primitive's result: the Tensor holding ``data``, computed from ``inputs``.

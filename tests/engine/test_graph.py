@@ -1,13 +1,16 @@
 """The reverse walk (``engine.graph``): backward() through a 10000-op chain, seeds,
 gradients accumulated out of place, diamonds and shared subexpressions, no_grad and
-detach, the dtypes of the gradients, and a failure half-way through backward that leaves
-every grad unchanged."""
+detach, the dtypes of the gradients, a failure half-way through backward that leaves
+every grad unchanged, and the walk freeing the graph's saved arrays as it goes."""
 
+import weakref
+
+import numpy as np
 import pytest
 from helpers import equal as _equal
 from helpers import leaf as _tensor
 
-from minigrad.engine import is_grad_enabled, maximum, no_grad, primitive
+from minigrad.engine import Tensor, is_grad_enabled, maximum, no_grad, primitive
 
 
 # ----- backward() ---------------------------------------------------------------------------
@@ -125,3 +128,40 @@ def test_failure_during_backward_leaves_every_grad_unchanged(xp):
         out.sum().backward()
     assert _equal(x.grad, [3.0, 4.0])
     assert _equal(y.grad, [1.0, 2.0])
+
+
+# ----- memory: the walk frees what it has used ---------------------------------------------
+def test_the_walk_frees_each_nodes_saved_arrays_as_soon_as_its_backward_ran():
+    x = Tensor(np.linspace(-1.0, 1.0, 6), requires_grad=True)
+    seen = {}
+
+    def probe(t):
+        # The first op on x: its backward runs LAST in the walk. By then the activations
+        # made after it (held only by the graph) must be gone.
+        def backward(g):
+            seen["alive"] = hidden() is not None
+            return g
+
+        return primitive(t.data * 1.0, (t,), backward)
+
+    def forward():
+        h = probe(x).exp()  # h.data is saved by exp's backward and by the product below
+        hidden_ref = weakref.ref(h.data)
+        return (h * h).sum(), hidden_ref
+
+    loss, hidden = forward()
+    assert hidden() is not None  # alive after the forward: the graph holds it
+    loss.backward()
+    assert seen == {"alive": False}  # freed during the walk, before it reached x
+    assert np.allclose(x.grad, 2.0 * np.exp(2.0 * x.data))
+
+
+def test_a_second_backward_needs_retain_graph():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()  # walks the retained graph again: gradients add up
+    assert np.array_equal(x.grad, [4.0, 8.0])
+    with pytest.raises(RuntimeError, match="already freed.*retain_graph=True"):
+        y.backward()
+    assert np.array_equal(x.grad, [4.0, 8.0])
