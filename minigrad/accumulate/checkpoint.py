@@ -12,6 +12,7 @@ import zipfile
 
 import numpy as np
 
+from minigrad.accumulate.guard import attributes, restore_attributes
 from minigrad.engine import backend
 
 FORMAT = "minigrad-checkpoint-1"
@@ -114,15 +115,21 @@ def load(path, model, optimizer=None, *, scheduler=None, accumulator=None):
     if missing:
         raise ValueError(f"{path} holds no state for {', '.join(missing)}")
     # Each part checks its state before writing it; if a later part refuses, the earlier
-    # ones are rolled back, so nothing is left half-loaded.
-    previous = [(part, part.state_dict()) for _, part in parts]
+    # ones are put back exactly (attributes a state_dict leaves out included, such as the
+    # scheduler's count of updates seen), so nothing is left half-loaded.
+    model_state = model.state_dict()
+    grads = [p.grad for p in model.parameters()]
+    others = [(part, attributes(part)) for name, part in parts if name != "model"]
     current = None
     try:
         for current, part in parts:
             part.load_state_dict(tree[current])
     except BaseException as err:
-        for part, state in previous:
-            part.load_state_dict(state)
+        model.load_state_dict(model_state)
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g
+        for part, saved in others:
+            restore_attributes(part, saved)
         if isinstance(err, (KeyError, TypeError, ValueError)):
             raise ValueError(f"{path}: the {current} state does not fit this {current}: "
                              f"{err}") from err

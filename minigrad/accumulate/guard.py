@@ -29,11 +29,6 @@ class TrainingState:
 
     @classmethod
     def of(cls, acc):
-        def attributes(obj):
-            if obj is None:
-                return None
-            return {k: list(v) if isinstance(v, list) else v for k, v in vars(obj).items()}
-
         return cls([p.data for p in acc.params], [p.grad for p in acc.params],
                    dict(acc.model.named_buffers()), acc.window, acc.skipped_updates,
                    attributes(acc.optimizer), attributes(acc.scheduler))
@@ -43,10 +38,21 @@ class TrainingState:
             p.data, p.grad = data, grad
         acc.model.set_buffers(self.buffers)
         acc.window, acc.skipped_updates = self.window, self.skipped_updates
-        for obj, attributes in ((acc.optimizer, self.optimizer), (acc.scheduler, self.scheduler)):
-            if obj is not None:
-                vars(obj).update({k: list(v) if isinstance(v, list) else v
-                                  for k, v in attributes.items()})
+        restore_attributes(acc.optimizer, self.optimizer)
+        restore_attributes(acc.scheduler, self.scheduler)
+
+
+def attributes(obj):
+    """A copy of ``obj``'s attributes, one level deep (lists are copied), or None."""
+    if obj is None:
+        return None
+    return {k: list(v) if isinstance(v, list) else v for k, v in vars(obj).items()}
+
+
+def restore_attributes(obj, saved):
+    """Put back what ``attributes(obj)`` returned."""
+    if obj is not None:
+        vars(obj).update({k: list(v) if isinstance(v, list) else v for k, v in saved.items()})
 
 
 def as_batch(x, y):

@@ -408,3 +408,21 @@ def test_a_failure_injected_at_any_point_changes_nothing(point, micro_batch, par
         for obj, name, original in reversed(patches):
             setattr(obj, name, original)
     assert_equal_state(state(model, opt, sched, acc if api == "stream" else None), before)
+
+
+def test_a_refused_checkpoint_part_puts_back_what_state_dicts_leave_out(tmp_path):
+    # The scheduler's count of updates seen is not in its state_dict: loading a checkpoint
+    # sets it, and a later part's refusal must put the old value back, not reload it.
+    model, opt, sched, x, y = setup()
+    small = nn.MLP([3, 2], seed=0)
+    small_acc = Accumulator(small, nn.CrossEntropyLoss(),
+                            optim.SGD(small.parameters(), lr=0.1))
+    checkpoint.save(tmp_path / "c.npz", model, opt, scheduler=sched, accumulator=small_acc)
+    accumulate_step(model, nn.CrossEntropyLoss(), opt, x, y)  # an update the schedule missed
+    assert sched._seen_updates != opt.step_count
+    acc = Accumulator(model, nn.CrossEntropyLoss(), opt)
+    acc.add(x[:4], y[:4])
+    before = state(model, opt, sched, acc)
+    with pytest.raises(ValueError, match="the accumulator state does not fit"):
+        checkpoint.load(tmp_path / "c.npz", model, opt, scheduler=sched, accumulator=acc)
+    assert_equal_state(state(model, opt, sched, acc), before)
