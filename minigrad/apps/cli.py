@@ -1,15 +1,21 @@
 """The ``minigrad`` command line.
 
 ``minigrad demo`` trains an MLP on interleaved spirals with full-batch gradient descent
-and prints the loss and training accuracy as it goes.
+and prints the loss and training accuracy as it goes. ``minigrad plan`` picks the largest
+micro-batch size whose update fits a memory budget (``minigrad.analysis.planner``).
 """
 
 import argparse
 import contextlib
 import functools
+import json
+import sys
 import time
 
-from minigrad import nn
+import numpy as np
+
+from minigrad import nn, optim
+from minigrad.analysis import planner
 from minigrad.analysis.metrics import accuracy
 from minigrad.apps import data
 from minigrad.engine import validate
@@ -92,6 +98,70 @@ def _train(model, x, y, args):
     return time.perf_counter() - start
 
 
+def plan(args):
+    """Measure one update of an MLP on random data (cross-entropy, a seeded NumPy Generator)
+    at a few micro-batch sizes and print the largest that fits --memory; the global batch,
+    and so the update, stays the same. Exit status 0: a size fits; 1: none fits, not even
+    1 (the error names the smallest budget measured to fit); 2: a bad argument."""
+    rng = np.random.default_rng(args.seed)
+    n, sizes = args.global_batch, args.sizes
+    x = rng.normal(size=(n, sizes[0])).astype(args.dtype)
+    y = rng.integers(0, sizes[-1], size=n)
+    model = nn.MLP(sizes, seed=args.seed, dtype=args.dtype)
+    # The learning rate changes no array size; SGD is plain (no momentum buffers).
+    optimizer = optim.SGD(model.parameters(), lr=0.01) if args.optimizer == "sgd" else \
+        optim.Adam(model.parameters())
+    try:
+        with _one_blas_thread():  # the probes' small products; BLAS workspace is not counted
+            result = planner.plan(model, nn.CrossEntropyLoss(), optimizer, x, y, args.memory)
+    except planner.BudgetTooSmall as err:
+        print(f"minigrad plan: error: no micro-batch size fits --memory "
+              f"{planner.format_bytes(args.memory)}; the smallest peak measured is "
+              f"{planner.format_bytes(err.smallest)} (micro-batch size {err.size}): give "
+              f"--memory {err.smallest} or more", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"sizes": sizes, "global_batch": n, "optimizer": args.optimizer,
+                          "dtype": args.dtype, **result}))
+        return 0
+    size = planner.format_bytes
+    print(f"MLP {sizes} ({args.dtype}, {args.optimizer}), global batch {n}, "
+          f"budget {size(args.memory)}")
+    print(f"micro-batch size:  {result['micro_batch_size']} "
+          f"({result['num_micro_batches']} micro-batches, one update)")
+    print(f"predicted peak:    {size(result['predicted_peak'])} "
+          f"({size(round(result['a']))} + {size(round(result['b']))} per sample)")
+    print(f"measured peak:     {size(result['measured_peak'])} "
+          f"({result['measured_peak'] / args.memory:.1%} of the budget; "
+          f"{result['runs']} measured updates)")
+    print(f"budget:            {size(result['budget'])}")
+    return 0
+
+
+def _widths(text):
+    """``--sizes``: comma-separated widths, inputs first, at least two, each positive."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as "
+                                         f"784,256,10, got {text!r}") from None
+    if len(sizes) < 2:
+        raise argparse.ArgumentTypeError(f"expected at least 2 widths (inputs, ..., "
+                                         f"classes), got {text!r}")
+    try:
+        return [validate.positive_int(f"sizes[{i}]", s) for i, s in enumerate(sizes)]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _memory(text):
+    """``--memory``: a size such as 256MB, 1.5GiB or 4096 (bytes)."""
+    try:
+        return planner.parse_bytes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def build_parser():
     parser = _Parser(prog="minigrad", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -115,6 +185,23 @@ def build_parser():
     p.add_argument("--every", type=count("--every"), default=100,
                    help="print a row every this many epochs (default: %(default)s)")
     p.set_defaults(run=demo, error=p.error)
+    p = commands.add_parser("plan", help="the largest micro-batch whose update fits a budget",
+                            description=plan.__doc__)
+    p.add_argument("--sizes", type=_widths, required=True,
+                   help="MLP widths, inputs first and classes last, e.g. 784,1024,1024,10")
+    p.add_argument("--global-batch", type=count("--global-batch"), required=True,
+                   help="samples in one update (the global batch)")
+    p.add_argument("--memory", type=_memory, required=True,
+                   help="budget for one update: B, KB, MB, GB, KiB, MiB or GiB, e.g. 256MB")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
+                   help="plain SGD or Adam, whose moments take 2 parameters' worth "
+                        "(default: %(default)s)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
+                   help="dtype of the model and the data (default: %(default)s)")
+    p.add_argument("--seed", type=_value(int, validate.integer, "--seed", low=0), default=0,
+                   help="seed of the data and the initial weights (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=plan, error=p.error)
     return parser
 
 

@@ -46,12 +46,21 @@ def resolve_namespace(xp=None):
     if isinstance(xp, str):
         import importlib
 
-        xp = importlib.import_module(xp)
+        try:
+            xp = importlib.import_module(xp)
+        except ImportError as err:
+            raise ValueError(f"xp must name an installed array library (numpy, "
+                             f"array_api_strict, torch, cupy, ...), got {xp!r}: {err}") from None
     if xp is np:
         return array_api_compat.array_namespace(np.empty(0))
-    if array_api_compat.is_array_api_obj(xp.asarray(0.0)):
-        return array_api_compat.array_namespace(xp.asarray(0.0))
-    raise TypeError(f"xp must be an array-API namespace, got {_name(xp)}")
+    try:
+        probe = xp.asarray(0.0)
+    except Exception:  # any object that is not an array library
+        probe = None
+    if probe is not None and array_api_compat.is_array_api_obj(probe):
+        return array_api_compat.array_namespace(probe)
+    raise TypeError(f"xp must be an array-API namespace (a module such as numpy, or its "
+                    f"name), got {_name(xp)}")
 
 
 def namespace_name(xp):
@@ -79,12 +88,27 @@ def device(x):
     return array_api_compat.device(x)
 
 
-def as_dtype(xp, name):
-    """The dtype object for ``name`` (``"float32"`` / ``"float64"`` or a dtype) in ``xp``."""
+def as_dtype(xp, name, floating=True):
+    """The dtype object for ``name`` (``"float32"`` / ``"float64"`` or a dtype) in ``xp``.
+
+    With ``floating=False`` any numeric or bool dtype of ``xp`` is accepted (a Tensor may
+    hold integers); the names are still only the two float ones.
+    """
     if isinstance(name, str):
         if name not in FLOAT_DTYPES:
             raise ValueError(f"dtype must be one of {FLOAT_DTYPES}, got {name!r}")
         return getattr(xp, name)
+    if not floating and isinstance(name, np.dtype) and name == np.dtype(object):
+        return name  # exact mode: NumPy object arrays of Fractions
+    kinds = "real floating" if floating else ("bool", "numeric")
+    try:
+        allowed = xp.isdtype(name, kinds)
+    except (TypeError, ValueError, AttributeError):
+        allowed = False
+    if not allowed:
+        what = "a floating dtype" if floating else "a numeric dtype"
+        raise TypeError(f"dtype must be {what} of {namespace_name(xp)} or one of "
+                        f"{FLOAT_DTYPES}, got {name!r}")
     return name
 
 
@@ -103,20 +127,26 @@ def as_array(data, *, xp=None, dtype=None, device=None):
     and ``device`` when given (lists go to ``xp`` or NumPy), cast to ``dtype`` when given.
 
     ``TypeError`` for anything that is not numbers: strings, ragged lists, ``None``, object
-    arrays other than exact ``Fraction`` ones.
+    arrays other than exact ``Fraction`` ones; ``ValueError`` for a device ``xp`` lacks.
     """
     given = type(data).__name__
     if xp is not None or not is_array(data):
+        namespace = resolve_namespace(xp)
         try:
-            data = move(data, resolve_namespace(xp), device=device)
+            data = move(data, namespace, device=device)
         except (TypeError, ValueError) as err:  # ragged lists, objects without a value
+            if device is not None and "device" in str(err).lower():
+                raise ValueError(f"device {device!r} is not a device of "
+                                 f"{namespace_name(namespace)}: {err}") from None
             raise TypeError(f"Tensor data must be numbers or an array of them, got {given}: "
                             f"{err}") from None
     namespace = get_namespace(data)
     if not is_numeric(namespace, data):
         raise TypeError(f"Tensor data must be numbers (bool, int, float, or Fractions in "
                         f"exact mode), got {given} of dtype {data.dtype}")
-    return data if dtype is None else namespace.astype(data, as_dtype(namespace, dtype))
+    if dtype is not None:
+        data = namespace.astype(data, as_dtype(namespace, dtype, floating=False))
+    return data
 
 
 def is_numeric(xp, x):

@@ -11,9 +11,10 @@ where broadcasting is undone; no primitive sums over broadcast axes itself.
 array([2., 4., 6.])
 """
 
+import numbers
 import operator
 
-from minigrad.engine import backend, graph, validate
+from minigrad.engine import backend, graph, shapes, validate
 from minigrad.engine.graph import is_grad_enabled, no_grad
 
 __all__ = ["Parameter", "Tensor", "is_grad_enabled", "no_grad", "primitive"]
@@ -27,23 +28,29 @@ class Tensor:
             data = data.data
         data = backend.as_array(data, xp=xp, dtype=dtype, device=device)
         self.xp = backend.get_namespace(data)
-        if requires_grad and not backend.is_differentiable(self.xp, data):
+        if requires_grad is True and not backend.is_differentiable(self.xp, data):
             raise TypeError(f"only floating-point (or exact Fraction) tensors can require grad,"
                             f" got {data.dtype}")
         self.data = data
-        self.requires_grad = requires_grad
+        self.requires_grad = validate.boolean("requires_grad", requires_grad)
         self.grad = None
         self._parents = ()
         self._backward = None
 
     # ----- graph construction ---------------------------------------------------------
     def _lift(self, other):
-        """``other`` as a Tensor of this namespace; Python scalars take this tensor's dtype."""
+        """``other`` as a Tensor of this namespace and device. Python numbers and lists take
+        this tensor's dtype when it is floating (no float32 -> float64 promotion); next to an
+        integer tensor they keep their own kind, so ``int_tensor * 0.5`` is floating."""
         if not isinstance(other, Tensor):
-            # Python scalars (NumPy's float64 scalar is one) and lists: this tensor's
-            # namespace, dtype and device.
-            if isinstance(other, (int, float)) or not backend.is_array(other):
-                return Tensor(self.xp.asarray(other, dtype=self.dtype, device=self.device))
+            keep = backend.is_differentiable(self.xp, self.data)
+            try:
+                if isinstance(other, (int, float)) or not backend.is_array(other):
+                    other = backend.as_array(other, xp=self.xp, device=self.device,
+                                             dtype=self.dtype if keep else None)
+            except TypeError as err:
+                raise TypeError(f"cannot combine a Tensor with {type(other).__name__}: "
+                                f"{err}") from None
             other = Tensor(other)
         if other.xp is not self.xp:
             backend.get_namespace(self.data, other.data)  # raises TypeError naming both
@@ -62,9 +69,13 @@ class Tensor:
         return f"Tensor({self.data!r}{flag})"
 
     def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     def item(self):
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
         if backend.is_exact(self.data):
             return self.data.item()
         return float(self.data) if backend.is_floating(self.xp, self.data) else int(self.data)
@@ -83,7 +94,7 @@ class Tensor:
         def backward(g):
             return g, g
 
-        return primitive(self.data + other.data, (self, other), backward)
+        return primitive(_broadcasting("+", operator.add, self, other), (self, other), backward)
 
     def __sub__(self, other):
         return self + (-self._lift(other))  # negation is exact: the same bits as x - y
@@ -95,13 +106,13 @@ class Tensor:
         def backward(g):
             return g * y, g * x
 
-        return primitive(x * y, (self, other), backward)
+        return primitive(_broadcasting("*", operator.mul, self, other), (self, other), backward)
 
     def __truediv__(self, other):
         # A primitive, not self * (1 / other): that would round twice.
         other = self._lift(other)
-        x, y = self.data, other.data
-        out = x / y
+        y = other.data
+        out = _broadcasting("/", operator.truediv, self, other)
 
         def backward(g):
             gx = g / y
@@ -116,14 +127,29 @@ class Tensor:
         return primitive(-self.data, (self,), backward)
 
     def __pow__(self, p):
-        if not isinstance(p, (int, float)):
-            raise TypeError(f"exponent must be a Python int or float, got {type(p).__name__}")
+        if isinstance(p, bool) or not isinstance(p, numbers.Real):
+            raise TypeError(f"exponent must be a real number, got {type(p).__name__} (a "
+                            "Tensor exponent works as base ** tensor with a number base)")
+        p = int(p) if isinstance(p, numbers.Integral) else float(p)
         x = self.data
 
         def backward(g):
             return g * (p * x ** (p - 1)) if p != 0 else g * 0.0
 
         return primitive(x**p, (self,), backward)
+
+    def __rpow__(self, base):
+        """``base ** self`` for a number ``base``: d/dt c^t = c^t log c."""
+        if isinstance(base, bool) or not isinstance(base, numbers.Real):
+            raise TypeError(f"base must be a real number, got {type(base).__name__}")
+        xp = self.xp
+        c = xp.asarray(float(base), dtype=self.dtype, device=self.device)
+        out = c**self.data
+
+        def backward(g):
+            return g * out * xp.log(c)
+
+        return primitive(out, (self,), backward)
 
     def __radd__(self, other):
         return self._lift(other) + self
@@ -188,6 +214,8 @@ class Tensor:
     # ----- reductions and shape ------------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
         xp, shape = self.xp, self.shape
+        axis = None if axis is None or self.ndim == 0 else shapes.axes(axis, self.ndim, "sum")
+        keepdims = validate.boolean("keepdims", keepdims)
 
         def backward(g):
             if not keepdims:
@@ -197,12 +225,14 @@ class Tensor:
         return primitive(xp.sum(self.data, axis=axis, keepdims=keepdims), (self,), backward)
 
     def mean(self, axis=None, keepdims=False):
+        axis = None if axis is None or self.ndim == 0 else shapes.axes(axis, self.ndim, "mean")
         count = graph.reduced_count(self.shape, axis)
         return self.sum(axis=axis, keepdims=keepdims) / count
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         xp, old = self.xp, self.shape
+        shape = shapes.reshaped(shape, self.size, old)
 
         def backward(g):
             return xp.reshape(g, old)
@@ -212,8 +242,8 @@ class Tensor:
     def transpose(self, axes=None):
         """Permute the axes (reverse them when ``axes`` is None), like ``numpy.transpose``."""
         xp = self.xp
-        axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
-        axes = tuple(a % self.ndim for a in axes)  # the inverse below needs axes >= 0
+        axes = tuple(reversed(range(self.ndim))) if axes is None else \
+            shapes.permutation(axes, self.ndim)  # axes >= 0, as the inverse below needs
         inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
         def backward(g):
@@ -234,6 +264,7 @@ class Tensor:
         if self.shape[-1] != inner:
             raise ValueError(f"matmul shape mismatch: {self.shape} @ {other.shape} "
                              f"(inner dimensions {self.shape[-1]} != {inner})")
+        shapes.broadcast_shapes(self.shape[:-2], other.shape[:-2], "@ (batch dimensions)")
         a = self if self.ndim > 1 else self.reshape(1, self.shape[0])
         b = other if other.ndim > 1 else other.reshape(other.shape[0], 1)
         out = _matmul(a, b)
@@ -247,7 +278,7 @@ class Tensor:
 
     # ----- comparisons (no gradient) -------------------------------------------------------
     def _compare(self, other, op):
-        return Tensor(op(self.data, self._lift(other).data))
+        return Tensor(_broadcasting(op.__name__, op, self, self._lift(other)))
 
     def __lt__(self, other):
         return self._compare(other, operator.lt)
@@ -319,6 +350,15 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return f"Parameter({self.data!r})"
+
+
+def _broadcasting(name, op, a, b):
+    """``op(a.data, b.data)``; a broadcasting failure names both shapes (as PyTorch does)."""
+    try:
+        return op(a.data, b.data)
+    except ValueError:
+        shapes.broadcast_shapes(a.shape, b.shape, name)  # raises, naming the shapes
+        raise
 
 
 def _matmul(a, b):

@@ -1,7 +1,9 @@
-"""The apps layer: the ``minigrad demo`` command, the synthetic data sets, and the README's
-examples (so that what the README shows is what the code does)."""
+"""The apps layer: the ``minigrad demo`` and ``minigrad plan`` commands, the synthetic data sets,
+and the README's examples (so that what the README shows is what the code does)."""
 
 import doctest
+import json
+import math
 import pathlib
 import re
 
@@ -137,3 +139,63 @@ def test_a_bad_value_is_one_line_naming_the_flag_with_exit_status_2(capsys, argv
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in captured.err
     assert lines[0].startswith("minigrad demo: error:")
+
+
+# ----- minigrad plan ------------------------------------------------------------------------------
+PLAN = ["plan", "--sizes", "8,512,4", "--global-batch", "64", "--memory", "500KB"]
+
+
+def test_plan_prints_the_micro_batch_size_and_the_peaks(capsys):
+    assert cli.main(PLAN) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "MLP [8, 512, 4] (float64, sgd), global batch 64, budget 488.3 KiB"
+    m = int(lines[1].split()[2])
+    assert 1 <= m < 64
+    assert lines[1].endswith(f"({math.ceil(64 / m)} micro-batches, one update)")
+    assert lines[2].startswith("predicted peak:") and lines[3].startswith("measured peak:")
+    assert lines[4] == "budget:            488.3 KiB"
+
+
+def test_plan_json_is_one_object_with_the_same_numbers(capsys):
+    assert cli.main([*PLAN, "--optimizer", "adam", "--dtype", "float32", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["sizes"] == [8, 512, 4] and result["global_batch"] == 64
+    assert (result["optimizer"], result["dtype"]) == ("adam", "float32")
+    m = result["micro_batch_size"]
+    assert result["num_micro_batches"] == math.ceil(64 / m)
+    assert result["measured_peak"] <= result["budget"] == 500_000
+    assert result["predicted_peak"] == round(result["a"] + result["b"] * m)
+
+
+def test_plan_when_nothing_fits_exits_1_with_one_line(capsys):
+    assert cli.main([*PLAN[:-1], "1KB"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minigrad plan: error: no micro-batch")
+    smallest = int(lines[0].split("--memory ")[-1].split()[0])
+    assert smallest > 1000
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--memory", "0"], "--memory"),
+    (["--memory", "abc"], "--memory"),
+    (["--memory", "-5MB"], "--memory"),
+    (["--sizes", "3"], "--sizes"),
+    (["--sizes", "3,0,2"], "--sizes"),
+    (["--sizes", "3,x,2"], "--sizes"),
+    (["--global-batch", "0"], "--global-batch"),
+    (["--global-batch", "1.5"], "--global-batch"),
+    (["--optimizer", "lbfgs"], "--optimizer"),
+    (["--dtype", "float16"], "--dtype"),
+    (["--seed", "-1"], "--seed"),
+])
+def test_plan_bad_value_is_one_line_naming_the_flag_with_exit_status_2(capsys, argv, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*PLAN, *argv])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in captured.err
+    assert lines[0].startswith("minigrad plan: error:")

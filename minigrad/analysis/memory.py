@@ -1,0 +1,229 @@
+"""Measured memory of one accumulated update, and the theory of where it goes.
+
+``peak_bytes(fn)`` is the peak of the memory newly allocated while ``fn`` runs, as
+``tracemalloc`` sees it: NumPy reports every array buffer to it, and Python objects are
+traced too. ``update_memory`` measures one ``accumulate.step`` on a copy of the model and
+the optimizer, splits the peak into parameters, gradients, optimizer state and the rest,
+and sets beside it ``theoretical_peak``, derived from minigrad's own code for a ReLU MLP.
+
+Only NumPy arrays are measured: a CuPy allocation never reaches ``tracemalloc`` (hooking
+CuPy's memory pool is future work), so other namespaces raise ``NotImplementedError``.
+BLAS workspace is invisible to ``tracemalloc`` as well.
+
+>>> import numpy as np
+>>> _, peak = peak_bytes(np.ones, 1000)  # 1000 float64: 8000 bytes and an array object
+>>> 8000 <= peak < 8000 + 1024
+True
+"""
+
+import copy
+import gc
+import tracemalloc
+import types
+
+import numpy as np
+
+from minigrad import nn, optim
+from minigrad.accumulate import as_loss, split_sizes, step
+from minigrad.accumulate.guard import as_batch, check_optimizer
+from minigrad.accumulate.split import check_sizes
+from minigrad.engine import Tensor, backend
+
+# Arrays of one parameter's size alive at once while the optimizer updates it (t), and
+# those that stay (r: the new parameter and state), in the order minigrad.optim evaluates:
+# SGD lr*g, p - lr*g; momentum mu*b, (1-tau)*g, b, then lr*b and the new p beside b;
+# Nesterov also g + mu*b; Adam m, v, sqrt(v)/c + eps, s*m and s*m/denom.
+_UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (5, 3)}
+# Arrays of n x C alive at the start of the walk, beside the hidden layers': cross-entropy
+# keeps z, the logits and the log-softmax output while take_along_axis's backward makes a
+# one-hot array, its product with g and their sum; MSE keeps z, the logits, -y, the
+# residual and its square while its backward makes g * r twice and their sum.
+_HEAD_ARRAYS = {nn.CrossEntropyLoss: 6, nn.MSELoss: 8}
+
+
+def peak_bytes(fn, *args, **kwargs):
+    """``(fn(*args, **kwargs), peak)``: the peak of the memory newly allocated while it ran.
+
+    peak = max over the run of (traced bytes - traced bytes at the start). A full garbage
+    collection runs first: it empties CPython's free lists, whose blocks tracemalloc counts
+    as allocated, so every run starts alike and what a run refills counts as new. If
+    ``tracemalloc`` was already tracing, it keeps tracing afterwards (its peak is reset).
+    Arrays among the arguments (bare, in Tensors, in Modules) must be NumPy arrays.
+    """
+    check_numpy(*args, *kwargs.values())
+    gc.collect()
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn(*args, **kwargs)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if started:
+            tracemalloc.stop()
+    return result, max(peak, 0)
+
+
+def check_numpy(*values):
+    """``NotImplementedError`` unless every array among ``values`` (bare, in a Tensor or in a
+    Module's parameters) is a NumPy array."""
+    for value in values:
+        if isinstance(value, nn.Module):
+            check_numpy(*value.parameters())
+            continue
+        array = value.data if isinstance(value, Tensor) else value
+        if backend.is_array(array):
+            name = backend.namespace_name(backend.get_namespace(array))
+            if name != "numpy":
+                raise NotImplementedError(
+                    f"only NumPy arrays are measured (tracemalloc sees NumPy's buffers), got a "
+                    f"{name} array; measuring CuPy's allocator is future work")
+
+
+def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
+                  num_micro_batches=None, sizes=None):
+    """The peak extra memory of ONE ``accumulate.step(model, loss_fn, optimizer, x, y, ...)``.
+
+    The step runs on ``copy.deepcopy((model, optimizer))``, one copy, so the copied
+    optimizer holds the copied parameters; the caller's model is untouched. In bytes:
+    ``peak``; ``parameters`` and ``gradients`` (their nbytes); ``optimizer_state`` (the
+    state's arrays after the step); ``activations``, the rest of the peak, never below 0
+    (saved activations, and the update's temporaries); ``theory``, ``theoretical_peak``
+    where it covers the model and loss (else None).
+
+    >>> model = nn.MLP([4, 8, 2], seed=0)
+    >>> opt = optim.Adam(model.parameters())
+    >>> x, y = np.zeros((6, 4)), np.arange(6) % 2
+    >>> report = update_memory(model, nn.CrossEntropyLoss(), opt, x, y, micro_batch_size=2)
+    >>> report["parameters"], report["optimizer_state"]  # 58 float64; Adam's m and v
+    (464, 928)
+    """
+    x, y = as_batch(x, y)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if optimizer is None:
+        raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None")
+    check_optimizer(optimizer, model.parameters())
+    check_numpy(model, x, y)
+    # Modules (array namespaces, update rules) are code: shared by the copy, not copied.
+    holders = (*model.parameters(), *(m for _, m in model.named_modules()), optimizer)
+    shared = {id(v): v for obj in holders for v in vars(obj).values()
+              if isinstance(v, types.ModuleType)}
+    model_copy, optimizer_copy = copy.deepcopy((model, optimizer), shared)
+    split = dict(micro_batch_size=micro_batch_size, num_micro_batches=num_micro_batches,
+                 sizes=sizes)
+    _, peak = peak_bytes(step, model_copy, loss_fn, optimizer_copy, x, y, **split)
+    parameters = sum(p.data.nbytes for p in model.parameters())
+    state = sum(a.nbytes for record in optimizer_copy.state for field in record
+                if isinstance(field, tuple) for a in field if backend.is_array(a))
+    if sizes is None:
+        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
+    covered = _not_covered(model, loss_fn, optimizer) is None
+    return {"peak": peak, "parameters": parameters, "gradients": parameters,
+            "optimizer_state": state, "activations": max(0, peak - 2 * parameters - state),
+            "theory": theoretical_peak(model, loss_fn, optimizer, x, sizes) if covered
+            else None}
+
+
+def theoretical_peak(model, loss_fn, optimizer, x, sizes):
+    """The peak extra bytes of one ``accumulate.step`` on micro-batches of ``sizes``, derived
+    from minigrad's code for a ReLU MLP (Linear, ReLU, ..., Linear, with biases) trained
+    with cross-entropy or MSE and SGD, Adam or AdamW.
+
+    s bytes per value; widths d_0..d_L (hidden d_1..d_{L-1}, C = d_L); n samples in a
+    micro-batch; P bytes of parameters, so of one set of gradients. Arrays are replaced,
+    never written into, so each term below counts whole new arrays.
+
+    * Forward, hidden layer l keeps 4 n d_l values (z = h W^T, a = z + b, the ReLU mask,
+      h); the last layer z and the logits. The walk frees each node's arrays once its
+      backward has run, so a micro-batch peaks at one of these moments (units of s):
+        at the loss     4 n sum_l d_l + k n C (the loss's arrays and its backward's
+                        temporaries: k = 6 for cross-entropy, 8 for MSE)
+        at ReLU l       n (4 sum_{k<l} d_k + 6 d_l + C) + gradients of the layers above
+                        (layer l's four arrays, g and g * mask; the caller keeps the logits)
+        at Linear l+1   n (4 sum_{k<l} d_k + 5 d_l + 2 d_{l+1} + C) + the same gradients
+      plus P from the second micro-batch on: the sum accumulated so far.
+    * End of the walk: P new gradients, and from the second micro-batch on 3P: the
+      accumulator's all-or-nothing snapshot keeps the old sum alive while grad + g is made.
+    * The update: the sum (kept by the snapshot) and the sum / items, 2P; then parameter by
+      parameter in the optimizer's order t arrays of its size alive at once, r of which
+      stay (new p and state): SGD t, r = 2, 1; momentum 3, 2; Nesterov 4, 2; Adam and
+      AdamW 5, 3; weight decay one more. Without weight decay, SGD's p - lr g mixes a
+      C-ordered weight with its Fortran-ordered gradient (the transpose of h^T g), which
+      NumPy's ufunc runs through its buffer of ``np.getbufsize()`` values.
+
+    The peak is the largest moment. Neglected: Python objects (Tensors, closures, the
+    walk's lists: about 15 KiB per step, measured), the int64 sample indices and targets
+    (16 n bytes) and boolean temporaries; so the theory is close (within a few per cent)
+    only once the arrays outweigh those 15 KiB.
+
+    >>> model = nn.MLP([4, 8, 2], seed=0)
+    >>> opt = optim.SGD(model.parameters(), lr=0.1)
+    >>> theoretical_peak(model, nn.CrossEntropyLoss(), opt, np.zeros((2, 4)), [1, 1])
+    1696
+    >>> P = 8 * (4 * 8 + 8 + 8 * 2 + 2)  # float64 parameters
+    >>> 2 * P + 3 * 8 * (4 * 8)  # the update at W_1: lr g, the new W_1 and the buffer
+    1696
+    """
+    reason = _not_covered(model, loss_fn, optimizer)
+    if reason is not None:
+        raise ValueError(f"theoretical_peak covers ReLU MLPs with cross-entropy or MSE and "
+                         f"SGD, Adam or AdamW: {reason}")
+    sizes = check_sizes(sizes, x.shape[0])
+    linears = list(model)[::2]
+    hidden = [layer.out_features for layer in linears[:-1]]
+    widths = hidden + [linears[-1].out_features]
+    classes = widths[-1]
+    s = np.result_type(x.dtype, linears[0].weight.dtype).itemsize
+    grads = [layer.weight.data.nbytes + layer.bias.data.nbytes for layer in linears]
+    total = sum(grads)
+    head = _HEAD_ARRAYS[type(as_loss(loss_fn))]
+    peak = _update_peak(optimizer, total, {id(layer.weight) for layer in linears})
+    for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
+        walk = [n * s * (4 * sum(hidden) + head * classes)]
+        for i, d in enumerate(hidden):
+            below, above = 4 * sum(hidden[:i]), sum(grads[i + 1:])
+            walk.append(n * s * (below + 6 * d + classes) + above)
+            walk.append(n * s * (below + 5 * d + 2 * widths[i + 1] + classes) + above)
+        end = (3 * total if later else total) + n * s * classes
+        peak = max(peak, (total if later else 0) + max(walk), end)
+    return peak
+
+
+def _update_peak(optimizer, total, weights):
+    """2P + max over the optimizer's parameters i of (r sum_{j<i} q_j + t q_i + buffer)."""
+    h = optimizer.hyperparams
+    kind = "adam"
+    if isinstance(optimizer, optim.SGD):
+        kind = "sgd" if h["momentum"] == 0 else "nesterov" if h["nesterov"] else "momentum"
+    t, r = _UPDATE_ARRAYS[kind]
+    decay = h["weight_decay"] != 0
+    t += decay  # g + lambda p (AdamW: the decayed copy of p) lives through the update
+    done = worst = 0
+    for p in optimizer.params:
+        buffer = 0
+        if kind != "adam" and not decay and id(p) in weights:
+            buffer = min(p.data.size, np.getbufsize()) * p.data.itemsize
+        worst = max(worst, done + t * p.data.nbytes + buffer)
+        done += r * p.data.nbytes
+    return 2 * total + worst
+
+
+def _not_covered(model, loss_fn, optimizer):
+    """Why the theory does not cover these arguments, or None if it does."""
+    layers = list(model) if isinstance(model, nn.Sequential) else []
+    shape = [nn.Linear if i % 2 == 0 else nn.ReLU for i in range(len(layers))]
+    if len(layers) % 2 == 0 or any(type(m) is not k for m, k in zip(layers, shape)) or \
+            any(m.bias is None for m in layers[::2]):
+        return "the model is not a Sequential of Linear (with bias), ReLU, ..., Linear"
+    try:
+        loss = as_loss(loss_fn)
+    except TypeError:
+        loss = loss_fn
+    if type(loss) not in _HEAD_ARRAYS:
+        return f"the loss is {type(loss).__name__}"
+    if type(optimizer) not in (optim.SGD, optim.Adam, optim.AdamW):
+        return f"the optimizer is {type(optimizer).__name__}"
+    return None

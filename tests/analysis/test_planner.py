@@ -1,0 +1,147 @@
+"""The micro-batch planner: its choice fits the budget and the next size does not, the
+planned update is full-batch training (within the trajectory bound of
+``tests/equivalence_checks.py``), a budget too small gets an error naming one that fits;
+and the byte sizes it reads and writes.
+
+The model, MLP(8, 512, 4) in float64 on 64 samples, keeps 8 (6 * 512 + 4) = 24.6 kB per
+sample in the backward pass against 53 kB of parameters, so one more sample per
+micro-batch moves the peak by about 25 kB, a hundred times what a re-measurement varies
+(about 200 bytes: the Python objects of a step). Budgets are set halfway between two
+measured peaks, so the checks below do not depend on that variation.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from equivalence_checks import replay_with_bound
+
+from minigrad import nn, optim
+from minigrad.accumulate import split_sizes
+from minigrad.analysis.memory import update_memory
+from minigrad.analysis.planner import BudgetTooSmall, format_bytes, parse_bytes, plan
+
+SIZES, N = [8, 512, 4], 64
+RNG = np.random.default_rng(0)
+X, Y = RNG.normal(size=(N, SIZES[0])), RNG.integers(0, SIZES[-1], N)
+
+
+def make():
+    return nn.MLP(SIZES, seed=0)
+
+
+def sgd(model):
+    return optim.SGD(model.parameters(), lr=0.1)
+
+
+def measured(m):
+    model = make()
+    return update_memory(model, nn.CrossEntropyLoss(), sgd(model), X, Y,
+                         micro_batch_size=m)["peak"]
+
+
+def planned(budget):
+    model = make()
+    return plan(model, nn.CrossEntropyLoss(), sgd(model), X, Y, budget)
+
+
+@pytest.mark.parametrize("m0", [5, 20, 40])
+def test_the_choice_fits_and_one_more_sample_does_not(m0):
+    """m0 = 20 splits the batch into 20, 20, 20, 4 (the sum of the first ones is alive in
+    the second); m0 = 40 into 40, 24 (the first micro-batch is the largest)."""
+    budget = (measured(m0) + measured(m0 + 1)) // 2
+    result = planned(budget)
+    m = result["micro_batch_size"]
+    assert result["budget"] == budget and result["measured_peak"] <= budget
+    assert result["num_micro_batches"] == math.ceil(N / m)
+    assert measured(m) <= budget < measured(m + 1)
+
+
+def test_a_budget_for_the_whole_batch_gives_one_micro_batch():
+    result = planned(2 * measured(N))
+    assert (result["micro_batch_size"], result["num_micro_batches"]) == (N, 1)
+
+
+def test_the_line_predicts_the_peak_below_half_the_batch():
+    """Below N/2 the largest micro-batch has the accumulated sum beside it, as it had at the
+    probes, so peak(m) = a + b m holds to the per-micro-batch Python objects (< 1%)."""
+    result = planned((measured(20) + measured(21)) // 2)
+    assert result["b"] > 0
+    assert abs(result["predicted_peak"] - result["measured_peak"]) < 0.01 * result["budget"]
+
+
+def test_the_planned_update_is_full_batch_training():
+    m = planned((measured(20) + measured(21)) // 2)["micro_batch_size"]
+    assert 1 < m < N
+    spec = {"kind": "sgd", "hyper": {"lr": 0.1}, "schedule": "constant",
+            "max_grad_norm": None}
+    gaps, worst = replay_with_bound(make, spec, nn.CrossEntropyLoss(), [(X, Y)],
+                                    split_sizes(N, micro_batch_size=m))
+    assert worst <= 1.0
+    assert max(gaps[0].values()) > 0.0  # the split rounds differently: the bound is needed
+
+
+def test_a_budget_too_small_names_one_that_fits():
+    with pytest.raises(ValueError, match="no micro-batch size fits") as info:
+        planned(1000)
+    err = info.value
+    assert isinstance(err, BudgetTooSmall) and str(err.smallest) in str(err)
+    # Re-measured, the size it names fits that budget, up to a re-measurement's variation
+    # (about 200 bytes, module docstring).
+    assert 1000 < measured(err.size) <= err.smallest + 1024
+
+
+def test_the_callers_model_is_untouched():
+    model = make()
+    opt = sgd(model)
+    data = [p.data for p in model.parameters()]
+    plan(model, nn.CrossEntropyLoss(), opt, X, Y, 10**6)
+    assert [p.data for p in model.parameters()] == data
+    assert opt.step_count == 0 and all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("budget, error", [
+    (0, ValueError), (-5, ValueError), (True, TypeError), (1.5e6, TypeError), ("1MB", TypeError),
+])
+def test_a_bad_budget_is_refused(budget, error):
+    with pytest.raises(error, match="budget_bytes"):
+        planned(budget)
+
+
+def test_other_bad_arguments_are_refused():
+    model = make()
+    with pytest.raises(ValueError, match="samples"):
+        plan(model, nn.CrossEntropyLoss(), sgd(model), X, Y[:10], 10**6)
+    with pytest.raises(ValueError, match="not a parameter of the model"):
+        plan(model, nn.CrossEntropyLoss(), sgd(make()), X, Y, 10**6)
+
+
+# ----- byte sizes ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, size", [
+    ("256MB", 256 * 10**6), ("256mb", 256 * 10**6), ("1.5 KiB", 1536), ("2kb", 2000),
+    ("1GiB", 2**30), ("3 GB", 3 * 10**9), ("0.5MiB", 2**19), ("7", 7), ("12B", 12),
+    (" 4 mib ", 4 * 2**20), ("1.0000001KB", 1000), (".5KB", 500),
+])
+def test_parse_bytes(text, size):
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "abc", "MB", "-1MB", "0", "0.5", "0KB", "1e3", "inf",
+                                  "nan", "12TB", "1.2.3MB", "5 M B", "1,000"])
+def test_parse_bytes_refuses_and_names_the_text(text):
+    with pytest.raises(ValueError, match="memory must be a positive size") as info:
+        parse_bytes(text)
+    assert repr(text) in str(info.value)
+
+
+def test_parse_bytes_wants_text():
+    with pytest.raises(TypeError, match="string"):
+        parse_bytes(256)
+
+
+@pytest.mark.parametrize("size, text", [
+    (0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (43_200_000, "41.2 MiB"),
+    (2**30, "1.0 GiB"),
+])
+def test_format_bytes(size, text):
+    assert format_bytes(size) == text
