@@ -12,7 +12,7 @@ from minigrad.accumulate.guard import (
     like,
 )
 from minigrad.accumulate.split import micro_batches
-from minigrad.engine import backend, validate
+from minigrad.engine import Tensor, backend, validate
 from minigrad.nn import functional as F
 from minigrad.optim import clip_grad_norm_
 
@@ -22,6 +22,9 @@ ON_NONFINITE = ("raise", "skip")
 
 def as_loss(loss_fn):
     """A loss object with ``(input, target, reduction=...)`` and ``num_items(target)``."""
+    if isinstance(loss_fn, type):
+        raise TypeError(f"loss_fn must be a loss object, got the class {loss_fn.__name__}; "
+                        f"pass an instance, e.g. {loss_fn.__name__}()")
     if hasattr(loss_fn, "num_items"):
         return loss_fn
     if loss_fn is F.cross_entropy:
@@ -106,6 +109,14 @@ class Accumulator:
         window is dropped.
         """
         x, y = as_batch(x, y)
+        if any(backend.is_exact(p.data) for p in self.params):
+            for name, a in (("x", x), ("y", y)):
+                if not (backend.is_exact(a) or backend.get_namespace(a).isdtype(a.dtype,
+                                                                                "integral")):
+                    raise TypeError(f"the parameters are exact Fractions but {name} has dtype "
+                                    f"{a.dtype}: convert it with analysis.exact.to_fractions")
+        if sample_index is not None:
+            sample_index = _sample_index(sample_index, x)
         saved = self._snapshot()
         try:
             loss_sum = self._forward_backward(x, y, sample_index)
@@ -188,6 +199,9 @@ class Accumulator:
         """The window's gradient, divided once as ``normalize`` says (``None`` where absent)."""
         scale = {"items": self.pending_items, "micro_batches": self.pending_micro_batches,
                  "sum": 1}[self.normalize]
+        if scale == 0 and self.pending_micro_batches:
+            raise FloatingPointError("the window holds no items (every target is "
+                                     "ignore_index), so its mean gradient is 0 / 0")
         if scale == 1:
             return [p.grad for p in self.params]
         return [None if p.grad is None else p.grad / scale for p in self.params]
@@ -255,6 +269,20 @@ class Accumulator:
         except BaseException:
             self._restore(saved)
             raise
+
+
+def _sample_index(index, x):
+    """``index`` checked as the global positions of ``x``'s samples: integers, one each."""
+    index = index.data if isinstance(index, Tensor) else index
+    if not backend.is_array(index) or not backend.get_namespace(index).isdtype(index.dtype,
+                                                                               "integral"):
+        raise TypeError(f"sample_index must be an integer array of shape ({x.shape[0]},), "
+                        f"got {getattr(index, 'dtype', type(index).__name__)}")
+    backend.get_namespace(x, index)
+    if tuple(index.shape) != (x.shape[0],):
+        raise ValueError(f"sample_index must have shape ({x.shape[0]},), one index per "
+                         f"sample, got {tuple(index.shape)}")
+    return index
 
 
 def run_window(acc, x, y, sizes):

@@ -1,5 +1,6 @@
 """Splitting a global batch into micro-batches of any sizes."""
 
+from minigrad.accumulate.guard import as_batch
 from minigrad.engine import validate
 
 
@@ -14,7 +15,7 @@ def split_sizes(n, micro_batch_size=None, num_micro_batches=None):
     >>> split_sizes(10, num_micro_batches=4)
     [3, 3, 2, 2]
     """
-    n = validate.integer("n", n, low=0)
+    n = validate.positive_int("n", n)
     if micro_batch_size is not None and num_micro_batches is not None:
         raise ValueError("give micro_batch_size or num_micro_batches, not both")
     if micro_batch_size is not None:
@@ -40,6 +41,7 @@ def check_sizes(sizes, n):
 
 def micro_batches(x, y, sizes):
     """Yield ``(start, x_j, y_j)`` for consecutive slices of the given ``sizes``."""
+    x, y = as_batch(x, y)
     sizes = check_sizes(sizes, x.shape[0])
     start = 0
     for size in sizes:

@@ -12,9 +12,12 @@ All numbers are plain Python floats in plain dicts, ready for a table or a plot.
 metrics themselves are in ``minigrad.analysis.metrics`` (re-exported here).
 """
 
-from minigrad.accumulate import accumulated_gradients, split_sizes, step
+from minigrad import nn
+from minigrad.accumulate import NORMALIZE, accumulated_gradients, split_sizes, step
+from minigrad.accumulate.guard import as_batch
+from minigrad.accumulate.split import check_sizes
 from minigrad.analysis.metrics import compare_arrays, cosine, ulp_distance
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 
 __all__ = ["compare_arrays", "compare_named", "cosine", "float_state", "gradient_report",
            "trajectory_report", "ulp_distance"]
@@ -34,13 +37,38 @@ def compare_named(accumulated, reference):
     return report
 
 
+def _check_factory(name, factory, example):
+    """A factory, not the object it builds: each run needs its own fresh copy."""
+    if isinstance(factory, nn.Module) or not callable(factory):
+        raise TypeError(f"{name} must be a function returning a new {example}, "
+                        f"got {type(factory).__name__}")
+
+
+def _new_model(model_factory):
+    model = model_factory()
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model_factory() must return an nn.Module, got {type(model).__name__}")
+    return model
+
+
+def _check_split(micro_batch_size, num_micro_batches, sizes, normalize):
+    given = [a for a in (micro_batch_size, num_micro_batches, sizes) if a is not None]
+    if len(given) > 1:
+        raise ValueError("give at most one of micro_batch_size, num_micro_batches, sizes")
+    validate.choice("normalize", normalize, NORMALIZE)
+
+
 def gradient_report(model_factory, loss_fn, x, y, *, micro_batch_size=None,
                     num_micro_batches=None, sizes=None, normalize="items"):
     """One step's gradient: accumulated over the split vs the full batch, per parameter."""
+    _check_factory("model_factory", model_factory, "model (e.g. lambda: nn.MLP(...))")
+    _check_split(micro_batch_size, num_micro_batches, sizes, normalize)
+    x, y = as_batch(x, y)
     if sizes is None:
         sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
-    full = accumulated_gradients(model_factory(), loss_fn, x, y)
-    acc = accumulated_gradients(model_factory(), loss_fn, x, y, sizes=sizes,
+    sizes = check_sizes(sizes, x.shape[0])
+    full = accumulated_gradients(_new_model(model_factory), loss_fn, x, y)
+    acc = accumulated_gradients(_new_model(model_factory), loss_fn, x, y, sizes=sizes,
                                 normalize=normalize)
     return {"sizes": list(sizes), "normalize": normalize, "params": compare_named(acc, full)}
 
@@ -53,17 +81,31 @@ def trajectory_report(model_factory, optimizer_factory, loss_fn, batches, *,
     ``optimizer_factory(params)`` and ``scheduler_factory(optimizer)`` build fresh ones for
     each run. Returns the per-step losses of both runs and, per step, the parameter gap.
     """
+    _check_factory("model_factory", model_factory, "model (e.g. lambda: nn.MLP(...))")
+    _check_factory("optimizer_factory", optimizer_factory,
+                   "optimizer from parameters (e.g. lambda ps: optim.SGD(ps, lr=0.1))")
+    if scheduler_factory is not None:
+        _check_factory("scheduler_factory", scheduler_factory,
+                       "scheduler from an optimizer (e.g. lambda opt: optim.Scheduler(opt, "
+                       "schedule))")
+    _check_split(micro_batch_size, num_micro_batches, sizes, normalize)
+    if isinstance(batches, (str, bytes)) or not hasattr(batches, "__iter__"):
+        raise TypeError(f"batches must be a sequence of (x, y) pairs, "
+                        f"got {type(batches).__name__}")
     split = dict(micro_batch_size=micro_batch_size, num_micro_batches=num_micro_batches,
                  sizes=sizes, normalize=normalize)
     runs = {}
     for key, split_kwargs in (("full", {}), ("accumulated", split)):
-        model = model_factory()
+        model = _new_model(model_factory)
         optimizer = optimizer_factory(model.parameters())
         scheduler = scheduler_factory(optimizer) if scheduler_factory else None
         runs[key] = (model, optimizer, scheduler, split_kwargs)
     losses = {key: [] for key in runs}
     steps = []
-    for x, y in batches:
+    for i, batch in enumerate(batches):
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise TypeError(f"batches[{i}] must be an (x, y) pair, got {type(batch).__name__}")
+        x, y = batch
         for key, (model, optimizer, scheduler, split_kwargs) in runs.items():
             losses[key].append(step(model, loss_fn, optimizer, x, y, max_grad_norm=max_grad_norm,
                                     scheduler=scheduler, **split_kwargs))

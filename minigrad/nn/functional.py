@@ -17,6 +17,22 @@ def _tensor(x):
     return x if isinstance(x, Tensor) else Tensor(x)
 
 
+def as_input(x, owner, like=None):
+    """``x`` as a Tensor of real floating point (or exact Fractions), of ``like``'s dtype
+    when given: layers and losses refuse integer input and mixed precision, as PyTorch does
+    ("mat1 and mat2 must have the same dtype"), instead of promoting silently."""
+    x = _tensor(x)
+    if not backend.is_differentiable(x.xp, x.data):
+        raise TypeError(f"{owner} needs floating-point input, got dtype {x.dtype}; convert "
+                        "it, e.g. with xp.astype(x, xp.float64)")
+    if like is not None:
+        backend.get_namespace(x.data, like.data)  # "cannot mix": the namespace comes first
+    if like is not None and x.dtype != like.dtype:
+        raise TypeError(f"{owner} has {like.dtype} parameters but got {x.dtype} input; "
+                        f"convert the input or the module (module.to(dtype=...))")
+    return x
+
+
 def relu(x):
     """max(x, 0), with relu'(0) = 0."""
     return _tensor(x).relu()
@@ -104,7 +120,10 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     """
     _check_reduction(reduction)
     ignore_index = validate.integer("ignore_index", ignore_index)
-    logits = _tensor(logits)
+    logits = as_input(logits, "cross_entropy")
+    if backend.is_exact(logits.data):
+        raise TypeError("cross_entropy needs exp and log, which are not exact: exact "
+                        "(Fraction) mode supports mse_loss")
     xp = logits.xp
     target = target.data if isinstance(target, Tensor) else target
     if not backend.is_array(target):
@@ -114,6 +133,8 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
         raise TypeError(f"target must hold integer class indices, got dtype {target.dtype}")
     if logits.ndim == 0:
         raise ValueError("logits must have shape (C,), (N, C) or (N, C, d1, ...), got ()")
+    if (logits.shape[1] if logits.ndim > 1 else logits.shape[0]) == 0:
+        raise ValueError(f"logits of shape {logits.shape} have no class (C = 0)")
     expected = logits.shape[:1] + logits.shape[2:] if logits.ndim > 1 else ()
     if tuple(target.shape) != expected:
         raise ValueError(f"target has shape {tuple(target.shape)}, expected {expected} for "
@@ -137,7 +158,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
 def mse_loss(input, target, reduction="mean"):
     """(input - target)^2 elementwise; ``"mean"`` divides by the number of elements."""
     _check_reduction(reduction)
-    input = _tensor(input)
+    input = as_input(input, "mse_loss")
     target = input._lift(target)
     if input.shape != target.shape:
         raise ValueError(f"input shape {input.shape} and target shape {target.shape} differ")
@@ -161,13 +182,22 @@ def dropout(x, p=0.5, training=True, *, seed=0, step=0, sample_index=None):
         return x
     if p == 1.0:
         return x * 0.0
+    if x.ndim == 0:  # one sample of one value
+        return dropout(x.reshape(1), p, training, seed=seed, step=step,
+                       sample_index=sample_index).reshape(())
     xp = x.xp
     n = x.shape[0]
     if sample_index is None:
         sample_index = xp.arange(n, device=x.device)
-    elif tuple(sample_index.shape) != (n,):
-        raise ValueError(f"sample_index must hold one index per sample, shape ({n},); got "
-                         f"shape {tuple(sample_index.shape)}")
+    else:
+        sample_index = sample_index.data if isinstance(sample_index, Tensor) else sample_index
+        if not backend.is_array(sample_index) or not xp.isdtype(sample_index.dtype, "integral"):
+            raise TypeError(f"sample_index must be an integer array of shape ({n},), got "
+                            f"{getattr(sample_index, 'dtype', type(sample_index).__name__)}")
+        backend.get_namespace(x.data, sample_index)
+        if tuple(sample_index.shape) != (n,):
+            raise ValueError(f"sample_index must hold one index per sample, shape ({n},); "
+                             f"got shape {tuple(sample_index.shape)}")
     width = x.size // n if n else 0
     u = backend.counter_uniform(xp, seed, step, sample_index, width, device=x.device)
     keep = xp.reshape(u >= p, x.shape)

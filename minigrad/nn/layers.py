@@ -3,7 +3,7 @@
 import math
 
 from minigrad.engine import backend, validate
-from minigrad.engine.tensor import Parameter, Tensor
+from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
 
@@ -32,7 +32,7 @@ class Linear(Module):
             if bias else None
 
     def forward(self, x):
-        x = x if isinstance(x, Tensor) else Tensor(x)
+        x = F.as_input(x, f"Linear({self.in_features}, {self.out_features})", self.weight)
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"Linear(in_features={self.in_features}) got an input of shape "
                              f"{x.shape}; its last dimension must be {self.in_features}")
@@ -83,7 +83,11 @@ class Sequential(Module):
             setattr(self, str(i), module)
 
     def __getitem__(self, i):
-        return list(self._modules.values())[i]
+        modules = list(self._modules.values())
+        if isinstance(i, int) and not -len(modules) <= i < len(modules):
+            raise IndexError(f"index {i} is out of range for a Sequential of {len(modules)} "
+                             "modules")
+        return modules[i]
 
     def __len__(self):
         return len(self._modules)

@@ -4,7 +4,7 @@
 the number of non-ignored targets for cross-entropy, the number of elements for MSE.
 """
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
@@ -16,10 +16,12 @@ class CrossEntropyLoss(Module):
     def __init__(self, reduction="mean", ignore_index=-100):
         super().__init__()
         F._check_reduction(reduction)
-        self.reduction, self.ignore_index = reduction, ignore_index
+        self.reduction = reduction
+        self.ignore_index = validate.integer("ignore_index", ignore_index)
 
     def forward(self, logits, target, reduction=None):
-        return F.cross_entropy(logits, target, reduction or self.reduction, self.ignore_index)
+        reduction = self.reduction if reduction is None else reduction
+        return F.cross_entropy(logits, target, reduction, self.ignore_index)
 
     def num_items(self, target):
         target = target.data if isinstance(target, Tensor) else target
@@ -36,7 +38,7 @@ class MSELoss(Module):
         self.reduction = reduction
 
     def forward(self, input, target, reduction=None):
-        return F.mse_loss(input, target, reduction or self.reduction)
+        return F.mse_loss(input, target, self.reduction if reduction is None else reduction)
 
     def num_items(self, target):
         target = target.data if isinstance(target, Tensor) else target

@@ -18,7 +18,9 @@ class MLP(Sequential):
     """Linear -> [norm] -> activation -> [dropout] per hidden layer, then a last Linear.
 
     Children are numbered like a ``torch.nn.Sequential`` built the same way, so parameter
-    names ("0.weight", "0.bias", "1.weight", ...) line up with torch's.
+    names ("0.weight", "0.bias", "1.weight", ...) line up with torch's. ``num_groups`` is
+    the GroupNorm's group count (default: ``default_groups`` of the width) and is unused by
+    the other norms, so one factory can build every variant.
 
     >>> model = MLP([2, 8, 3], seed=0)
     >>> [name for name, _ in model.named_parameters()]

@@ -11,7 +11,7 @@
 ['scale']
 """
 
-from minigrad.engine import backend
+from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Parameter, Tensor
 
 
@@ -60,7 +60,15 @@ class Module:
         self._buffers[name] = array
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        """``forward``; if it raises, buffers it moved (BatchNorm's running statistics) are
+        put back, so a failed forward pass changes nothing."""
+        buffers = dict(self.named_buffers()) if self._buffers or self._modules else None
+        try:
+            return self.forward(*args, **kwargs)
+        except BaseException:
+            if buffers:
+                self.set_buffers(buffers)
+            raise
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
@@ -105,8 +113,9 @@ class Module:
     # ----- modes and gradients ------------------------------------------------------------
     def train(self, mode=True):
         """Set training mode on this module and every sub-module; returns ``self``."""
+        mode = validate.boolean("mode", mode)
         for _, module in self.named_modules():
-            object.__setattr__(module, "training", bool(mode))
+            object.__setattr__(module, "training", mode)
         return self
 
     def eval(self):
@@ -147,6 +156,9 @@ class Module:
         Everything is checked before anything is written: missing or unexpected names and
         shape mismatches raise ``KeyError`` / ``ValueError`` and leave the module unchanged.
         """
+        if not isinstance(state, dict):
+            raise TypeError(f"state_dict must be a dict of name -> array, got "
+                            f"{type(state).__name__}")
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
@@ -154,8 +166,8 @@ class Module:
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
         staged = {}
         for name, target in own.items():
-            value = backend.move(state[name], backend.get_namespace(target),
-                                 device=backend.device(target))
+            value = backend.as_array(state[name], xp=backend.get_namespace(target),
+                                     device=backend.device(target))
             if tuple(value.shape) != tuple(target.shape):
                 raise ValueError(f"state_dict[{name!r}] has shape {tuple(value.shape)}, "
                                  f"expected {tuple(target.shape)}")

@@ -8,6 +8,7 @@ GroupNorm and LayerNorm within each sample (so micro-batching does not).
 
 from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Parameter, Tensor, no_grad
+from minigrad.nn import functional as F
 from minigrad.nn.module import Module
 
 
@@ -97,7 +98,8 @@ class BatchNorm1d(Module):
                              f"{self.num_features}) or (N, {self.num_features}, L), got {x.shape}")
 
     def forward(self, x):
-        x = x if isinstance(x, Tensor) else Tensor(x)
+        x = F.as_input(x, f"BatchNorm1d({self.num_features})", self.weight if self.affine
+                       else None)
         self._check(x)
         axes = (0,) if x.ndim == 2 else (0, 2)
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
@@ -148,6 +150,9 @@ class BatchNorm1d(Module):
             m = self.momentum
             if m is None:
                 m = 1.0 / int(self.num_batches_tracked)
+            if count < 2:  # the unbiased variance divides by count - 1
+                raise ValueError("BatchNorm1d with batch statistics needs more than 1 value "
+                                 f"per channel, got {count}")
             unbiased = xp.reshape(var, (-1,)) * (count / (count - 1))
             self.running_mean = (1.0 - m) * self.running_mean + m * xp.reshape(mean, (-1,))
             self.running_var = (1.0 - m) * self.running_var + m * unbiased
@@ -175,12 +180,14 @@ class GroupNorm(Module):
             _affine_params(self, (num_channels,), backend.resolve_namespace(xp), dtype, device)
 
     def forward(self, x):
-        x = x if isinstance(x, Tensor) else Tensor(x)
+        x = F.as_input(x, f"GroupNorm({self.num_groups}, {self.num_channels})",
+                       self.weight if self.affine else None)
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}) expects input "
                              f"of shape (N, {self.num_channels}, ...), got {x.shape}")
         n = x.shape[0]
-        x_hat, _, _ = standardize(x.reshape(n, self.num_groups, -1), (2,), self.eps)
+        per_group = x.size // max(n, 1) // self.num_groups  # not -1: N may be 0
+        x_hat, _, _ = standardize(x.reshape(n, self.num_groups, per_group), (2,), self.eps)
         x_hat = x_hat.reshape(x.shape)
         if self.affine:
             shape = (1, self.num_channels) + (1,) * (x.ndim - 2)
@@ -205,7 +212,8 @@ class LayerNorm(Module):
             _affine_params(self, self.normalized_shape, xp, dtype, device)
 
     def forward(self, x):
-        x = x if isinstance(x, Tensor) else Tensor(x)
+        x = F.as_input(x, f"LayerNorm{self.normalized_shape}",
+                       self.weight if self.elementwise_affine else None)
         k = len(self.normalized_shape)
         if x.shape[x.ndim - k:] != self.normalized_shape:
             raise ValueError(f"LayerNorm{self.normalized_shape} got an input of shape "

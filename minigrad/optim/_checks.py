@@ -7,13 +7,15 @@ Every error names the argument and says what is allowed, e.g.
 """
 
 from minigrad.engine import backend
-from minigrad.engine.validate import integer, real
+from minigrad.engine.validate import boolean, integer, real
 
-__all__ = ["betas", "check_like", "integer", "real"]
+__all__ = ["betas", "boolean", "check_like", "integer", "real"]
 
 
 def betas(value):
     """``(beta1, beta2)`` as Python floats, each with ``0 <= beta < 1``."""
+    if backend.is_array(value) and value.shape == (2,):
+        value = [float(v) for v in backend.to_numpy(value)]
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise ValueError(f"betas must be a pair (beta1, beta2), got {value!r}")
     return tuple(real(f"betas[{i}]", b, high=1.0, strict_high=True) for i, b in enumerate(value))

@@ -32,9 +32,15 @@ def clip_by_global_norm(grads, max_norm, norm_type=2.0):
     max_norm = _checks.real("max_norm", max_norm)
     if norm_type != math.inf:
         norm_type = _checks.real("norm_type", norm_type, low=1.0)
+    if backend.is_array(grads) or not hasattr(grads, "__iter__"):
+        raise TypeError(f"grads must be a sequence of arrays (one per parameter), got "
+                        f"{type(grads).__name__}")
     grads = tuple(grads)
     if not grads:
         return grads, 0.0
+    for i, g in enumerate(grads):
+        if not backend.is_array(g):
+            raise TypeError(f"grads[{i}] must be an array, got {type(g).__name__}")
     xp = backend.get_namespace(*grads)
     norms = xp.stack([xp.linalg.vector_norm(g, ord=norm_type) for g in grads])
     total = xp.linalg.vector_norm(norms, ord=norm_type)
@@ -52,7 +58,13 @@ def clip_grad_norm_(params, max_norm, norm_type=2.0):
     Sets ``p.grad`` to a new, scaled array (never writes into the old one) and returns the
     total norm before clipping as a Python float.
     """
+    if not isinstance(params, Tensor) and not hasattr(params, "__iter__"):
+        raise TypeError(f"params must be a Tensor or an iterable of Tensors, got "
+                        f"{type(params).__name__}")
     params = [params] if isinstance(params, Tensor) else list(params)
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"params[{i}] must be a Tensor, got {type(p).__name__}")
     params = [p for p in params if p.grad is not None]
     clipped, total = clip_by_global_norm([p.grad for p in params], max_norm, norm_type)
     for p, g in zip(params, clipped):

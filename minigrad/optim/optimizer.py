@@ -51,7 +51,7 @@ class Optimizer:
         A scheduler calls this before it changes anything.
         """
         lr = _checks.real("lr", value)
-        return _exact_number("lr", lr) if self._is_exact() else lr
+        return _exact_number("lr", lr) if self._is_exact() else float(lr)
 
     def step(self):
         """One update of every parameter that has a gradient."""
@@ -84,6 +84,9 @@ class Optimizer:
         floats. Adam and AdamW need square roots, so they refuse exact parameters.
         """
         if not self._is_exact():
+            # A Fraction next to float parameters would make object arrays: use its float.
+            self._lr = float(self._lr)
+            self.hyperparams = {k: _inexact(v) for k, v in self.hyperparams.items()}
             return self._lr, self.hyperparams
         if self._rule is not sgd:
             raise TypeError(f"{type(self).__name__} needs square roots, which are not exact: "
@@ -117,10 +120,16 @@ class Optimizer:
         Arrays must have their parameter's shape; they are moved to its namespace and device
         and cast to its dtype.
         """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict (from Optimizer.state_dict()), got "
+                            f"{type(state_dict).__name__}")
         fresh = self._fresh()
         missing = {"lr", "hyperparams", "step_count", *fresh._fields} - set(state_dict)
         if missing:
             raise ValueError(f"state_dict is missing {sorted(missing)}")
+        if not isinstance(state_dict["hyperparams"], dict):
+            raise TypeError(f"state_dict['hyperparams'] must be a dict, got "
+                            f"{type(state_dict['hyperparams']).__name__}")
         if set(state_dict["hyperparams"]) != set(self.hyperparams):
             raise ValueError(f"state_dict has hyperparameters {sorted(state_dict['hyperparams'])}"
                              f", this optimizer has {sorted(self.hyperparams)}")
@@ -141,7 +150,11 @@ class Optimizer:
 
     def _loaded_field(self, state_dict, name, fresh):
         """Field ``name`` of ``state_dict`` checked and in record form (per parameter)."""
-        values = list(state_dict[name])
+        values = state_dict[name]
+        if not isinstance(values, (list, tuple)):
+            raise TypeError(f"state_dict[{name!r}] must be a list with one entry per "
+                            f"parameter, got {type(values).__name__}")
+        values = list(values)
         if len(values) != len(self.params):
             raise ValueError(f"state_dict[{name!r}] has {len(values)} entries "
                              f"for {len(self.params)} parameters")
@@ -181,11 +194,21 @@ def _like(value, param, name):
     """``value`` moved to ``param``'s namespace and device, cast to its dtype (a copy), as
     ``Module.load_state_dict`` does, so a checkpoint saved from NumPy loads anywhere."""
     xp = backend.get_namespace(param)
-    value = backend.move(value, xp, device=backend.device(param))
+    try:
+        value = backend.as_array(value, xp=xp, device=backend.device(param))
+    except TypeError as err:
+        raise TypeError(f"{name}: {err}") from None
     if tuple(value.shape) != tuple(param.shape):
         raise ValueError(f"{name} has shape {tuple(value.shape)}, "
                          f"its parameter has shape {tuple(param.shape)}")
     return xp.astype(value, param.dtype, copy=True)
+
+
+def _inexact(value):
+    """A Fraction (or a tuple of them) as Python floats; anything else unchanged."""
+    if isinstance(value, tuple):
+        return tuple(_inexact(v) for v in value)
+    return float(value) if isinstance(value, Fraction) else value
 
 
 def _exact_number(name, value):
@@ -211,6 +234,9 @@ def _parameter_list(params):
     if isinstance(params, Tensor):
         raise TypeError("params must be an iterable of Tensors (e.g. model.parameters()), "
                         "got a single Tensor; wrap it in a list")
+    if not hasattr(params, "__iter__") or isinstance(params, (str, bytes)):
+        raise TypeError(f"params must be an iterable of Tensors (e.g. model.parameters()), "
+                        f"got {type(params).__name__}")
     params = list(params)
     if not params:
         raise ValueError("optimizer got an empty parameter list")

@@ -31,19 +31,30 @@ def constant(lr):
 def step_decay(lr, step_size, gamma=0.1):
     """lr_t = lr * gamma^floor(t / step_size), as torch's ``StepLR``.
 
-    Computed by repeated multiplication, as ``StepLR.step()`` does, so values agree to the bit.
+    Computed by repeated multiplication, as ``StepLR.step()`` does, so values agree to the
+    bit; the schedule remembers its last value, so t = 0, 1, 2, ... costs O(1) per call. A
+    jump of more than ``MAX_PRODUCTS`` decays at once uses the closed form
+    ``lr * gamma ** k``, as torch's ``StepLR`` does when given an epoch.
     """
     lr = _checks.real("lr", lr)
     step_size = _checks.integer("step_size", step_size, low=1)
     gamma = _checks.real("gamma", gamma)
+    last = [0, lr]  # (decays k, lr * gamma^k as repeated products)
 
     def schedule(t):
-        value = lr
-        for _ in range(_index(t) // step_size):
+        k = _index(t) // step_size
+        done, value = last if k >= last[0] else (0, lr)
+        if k - done > MAX_PRODUCTS:
+            return lr * gamma**k
+        for _ in range(k - done):
             value *= gamma
+        last[:] = [k, value]
         return value
 
     return schedule
+
+
+MAX_PRODUCTS = 100_000
 
 
 def cosine(lr, total_steps, min_lr=0.0):
@@ -76,9 +87,7 @@ def linear_warmup(schedule, warmup_steps, start_factor=1.0 / 3):
     if not callable(schedule):
         raise TypeError(f"schedule must be a callable t -> lr, got {type(schedule).__name__}")
     warmup_steps = _checks.integer("warmup_steps", warmup_steps, low=0)
-    start_factor = _checks.real("start_factor", start_factor)
-    if start_factor > 1:
-        raise ValueError(f"start_factor must satisfy 0 <= start_factor <= 1, got {start_factor}")
+    start_factor = _checks.real("start_factor", start_factor, high=1.0, strict_low=True)
 
     def warmed_up(t):
         t = _index(t)

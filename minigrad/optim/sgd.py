@@ -39,8 +39,7 @@ def init(params):
 
 def check_hyperparams(*, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
     """The hyperparameters as Python floats; ``ValueError`` naming any that is out of range."""
-    if not isinstance(nesterov, bool):
-        raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
+    nesterov = _checks.boolean("nesterov", nesterov)
     checked = {
         "lr": _checks.real("lr", lr),
         "momentum": _checks.real("momentum", momentum),

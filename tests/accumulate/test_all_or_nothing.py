@@ -8,6 +8,7 @@ whatever the arithmetic, because a correct rollback puts back the very same arra
 
 import json
 import zipfile
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -426,3 +427,40 @@ def test_a_refused_checkpoint_part_puts_back_what_state_dicts_leave_out(tmp_path
     with pytest.raises(ValueError, match="the accumulator state does not fit"):
         checkpoint.load(tmp_path / "c.npz", model, opt, scheduler=sched, accumulator=acc)
     assert_equal_state(state(model, opt, sched, acc), before)
+
+
+# ----- 6. more arguments step and the accumulator refuse by name -------------------------------
+def test_accumulation_arguments_that_pytorch_users_get_wrong():
+    from minigrad.accumulate import micro_batches, split_sizes
+    from minigrad.analysis.exact import to_exact, to_fractions
+
+    model, opt, sched, x, y = setup(norm=None)
+    before = state(model, opt, sched)
+    with pytest.raises(TypeError, match=r"pass an instance, e.g. CrossEntropyLoss\(\)"):
+        accumulate_step(model, nn.CrossEntropyLoss, opt, x, y)
+    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+        split_sizes(0)
+    with pytest.raises(ValueError, match="x has 10 samples but y has 8"):
+        list(micro_batches(np.zeros((10, 3)), np.zeros(8), [5, 5]))
+    acc = Accumulator(model, nn.CrossEntropyLoss(), opt)
+    for bad, error in (("abc", TypeError), (np.array([0.5, 1.5]), TypeError),
+                       (np.arange(3), ValueError)):
+        with pytest.raises(error, match="sample_index must"):
+            acc.add(x[:2], y[:2], sample_index=bad)
+    ignored = np.full(8, -100)
+    with pytest.raises(FloatingPointError, match="no items"):
+        accumulated_gradients(model, nn.CrossEntropyLoss(), x, ignored, micro_batch_size=4)
+    assert_equal_state(state(model, opt, sched), before)
+    exact = to_exact(nn.MLP([3, 2], seed=0))
+    exact_opt = optim.SGD(exact.parameters(), lr=Fraction(1, 8))
+    with pytest.raises(TypeError, match="x has dtype float64: convert it with"):
+        accumulate_step(exact, nn.MSELoss(), exact_opt, x, to_fractions(np.zeros((8, 2))))
+    assert exact_opt.step_count == 0
+
+
+def test_exact_batchnorm_with_one_sample_is_a_clear_error():
+    model, opt, sched, x, y = setup()
+    before = state(model, opt, sched)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        accumulate_step(model, nn.CrossEntropyLoss(), opt, x[:1], y[:1], batchnorm="exact")
+    assert_equal_state(state(model, opt, sched), before)

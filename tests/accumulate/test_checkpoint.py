@@ -209,3 +209,99 @@ def test_a_later_part_that_does_not_fit_rolls_back_the_earlier_ones(xp, tmp_path
     # The rollback had something to undo: the file's model differs from the one kept.
     kept, in_file = before["model"]["0.weight"], to_np(fits[0].state_dict())["0.weight"]
     assert not np.array_equal(kept, in_file)
+
+
+# ----- arguments of the wrong kind are refused before anything is read or written ---------
+NUMPY = backend.resolve_namespace("numpy")
+
+
+def not_a_function(optimizer):
+    return optimizer.lr
+
+
+WRONG_PARTS = [
+    (dict(model=None), r"^model must be an nn.Module, with state_dict\(\), load_state_dict\(\), "
+                       r"parameters\(\); got NoneType$"),
+    (dict(model=nn.MLP), "^model must be an nn.Module, .*; got the class MLP$"),
+    (dict(optimizer="opt"), r"^optimizer must be a minigrad optimizer such as optim.SGD, with "
+                            r"state_dict\(\), load_state_dict\(\); got str$"),
+    (dict(scheduler=not_a_function), "^scheduler must be an optim.Scheduler, .*; got function$"),
+    (dict(accumulator=3), "^accumulator must be an accumulate.Accumulator, .*; got int$"),
+]
+
+
+def call(function, path, parts, **replaced):
+    """``function(path, model, optimizer, scheduler=..., accumulator=...)`` with some replaced."""
+    named = dict(zip(("model", "optimizer", "scheduler", "accumulator"), parts), **replaced)
+    return function(path, named.pop("model"), named.pop("optimizer"), **named)
+
+
+@pytest.mark.parametrize("wrong, message", WRONG_PARTS, ids=[
+    "model-None", "model-class", "optimizer-str", "scheduler-function", "accumulator-int"])
+def test_a_part_of_the_wrong_kind_is_a_type_error_naming_it(tmp_path, wrong, message):
+    path, parts = saved_mid_window(NUMPY, tmp_path)
+    before = everything(*parts)
+    with pytest.raises(TypeError, match=message):
+        call(checkpoint.save, tmp_path / "new.npz", parts, **wrong)
+    assert not (tmp_path / "new.npz").exists()
+    with pytest.raises(TypeError, match=message):
+        call(checkpoint.load, path, parts, **wrong)
+    assert_same(everything(*parts), before)
+
+
+@pytest.mark.parametrize("path", [None, 3, ["run.npz"]])
+def test_a_path_that_is_not_a_file_name_is_a_type_error(tmp_path, path):
+    _, parts = saved_mid_window(NUMPY, tmp_path)
+    before = everything(*parts)
+    message = f"^path must be a str or os.PathLike \\(a file name\\), got {type(path).__name__}"
+    with pytest.raises(TypeError, match=message):
+        checkpoint.save(path, parts[0])
+    with pytest.raises(TypeError, match=message):
+        checkpoint.load(path, parts[0])
+    assert_same(everything(*parts), before)
+
+
+def test_an_npy_file_is_not_a_checkpoint(tmp_path):
+    # np.load reads an .npy file as one array, not as an archive of named arrays.
+    path = tmp_path / "weights.npy"
+    np.save(path, np.ones(3))
+    parts = training(NUMPY)
+    before = everything(*parts)
+    with pytest.raises(ValueError, match=r"weights.npy is not a minigrad checkpoint "
+                                         r"\(an .npy array, not an .npz archive\)$"):
+        checkpoint.load(path, parts[0])
+    assert_same(everything(*parts), before)
+
+
+def test_a_path_that_cannot_be_opened_raises_open_s_error_naming_it(tmp_path):
+    # Not a ValueError: nothing was read, so nothing was found not to be a checkpoint.
+    parts = training(NUMPY)
+    before = everything(*parts)
+    missing = tmp_path / "no_such_folder" / "run.npz"
+    with pytest.raises(FileNotFoundError, match="no_such_folder"):
+        checkpoint.save(missing, parts[0])
+    with pytest.raises(FileNotFoundError, match="no_such_folder"):
+        checkpoint.load(missing, parts[0])
+    with pytest.raises(IsADirectoryError, match=str(tmp_path.name)):
+        checkpoint.save(tmp_path, parts[0])
+    with pytest.raises(IsADirectoryError, match=str(tmp_path.name)):
+        checkpoint.load(tmp_path, parts[0])
+    assert_same(everything(*parts), before)
+
+
+@pytest.mark.parametrize("stranger, message", [
+    ("optimizer", r"optimizer.params\[0\] is not a parameter of the model"),
+    ("scheduler", "scheduler drives another optimizer than the one given"),
+    ("accumulator", "accumulator trains another model than the one given"),
+])
+def test_parts_that_do_not_belong_together_are_refused_and_change_nothing(tmp_path, stranger,
+                                                                          message):
+    # Loading a scheduler sets its optimizer's lr, an accumulator its model's .grad: objects
+    # outside the parts given, which a refused load could not put back.
+    path, parts = saved_mid_window(NUMPY, tmp_path)
+    others = training(NUMPY, seed=5)
+    index = ("model", "optimizer", "scheduler", "accumulator").index(stranger)
+    before = [everything(*parts), everything(*others)]
+    with pytest.raises(ValueError, match=message):
+        call(checkpoint.load, path, parts, **{stranger: others[index]})
+    assert_same([everything(*parts), everything(*others)], before)

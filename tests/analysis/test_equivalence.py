@@ -8,6 +8,7 @@ test_counterexamples.py.
 """
 
 import numpy as np
+import pytest
 from bounds import (
     condition_number,
     factory,
@@ -27,10 +28,11 @@ from helpers import to_np
 from hypothesis import given, target
 from hypothesis import strategies as st
 
-from minigrad import nn
+from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients
 from minigrad.analysis.equivalence import (
     compare_arrays,
+    gradient_report,
     trajectory_report,
     ulp_distance,
 )
@@ -127,3 +129,77 @@ def test_accumulated_trajectory_within_bound(xp, config, data):
                                max_grad_norm=spec["max_grad_norm"],
                                scheduler_factory=scheduler_factory(spec, steps))
     assert [{k: r[k]["max_abs"] for k in gap} for r, gap in zip(report["steps"], gaps)] == gaps
+
+
+# ----- arguments are checked before any model is built -------------------------------------------
+X, Y = np.ones((6, 2)), np.zeros((6, 1))
+
+
+def counted():
+    """A model factory that counts its calls in ``.calls``: a refused call builds no model."""
+    def build():
+        build.calls += 1
+        return nn.MLP([2, 3, 1], seed=0)
+    build.calls = 0
+    return build
+
+
+def sgd(params):
+    return optim.SGD(params, lr=0.1)
+
+
+FACTORY = (r"^model_factory must be a function returning a new model \(e.g. lambda: "
+           r"nn.MLP\(...\)\), got MLP$")
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"x": X.tolist()}, TypeError, r"^x must be an array \(NumPy, CuPy, ...\) or a Tensor, "
+                                   "got list$"),
+    ({"y": Y[:4]}, ValueError, "^x has 6 samples but y has 4$"),
+    ({"model_factory": nn.MLP([2, 3, 1])}, TypeError, FACTORY),
+    ({"sizes": [4, 4]}, ValueError, r"^micro-batch sizes \[4, 4\] must be positive and sum "
+                                    "to the batch size 6$"),
+    ({"sizes": [3, 3], "micro_batch_size": 3}, ValueError,
+     "^give at most one of micro_batch_size, num_micro_batches, sizes$"),
+    ({"normalize": "mean"}, ValueError, "^normalize must be one of 'items', 'micro_batches', "
+                                        "'sum', got 'mean'$"),
+])
+def test_gradient_report_checks_its_arguments(kwargs, error, message):
+    factory = counted()
+    arguments = {"model_factory": factory, "loss_fn": nn.MSELoss(), "x": X, "y": Y, **kwargs}
+    with pytest.raises(error, match=message):
+        gradient_report(**arguments)
+    assert factory.calls == 0
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"model_factory": nn.MLP([2, 3, 1])}, TypeError, FACTORY),
+    ({"optimizer_factory": "sgd"}, TypeError, "^optimizer_factory must be a function returning "
+                                              "a new optimizer from parameters .*got str$"),
+    ({"scheduler_factory": 0.1}, TypeError, "^scheduler_factory must be a function returning "
+                                            "a new scheduler from an optimizer .*got float$"),
+    ({"batches": None}, TypeError, r"^batches must be a sequence of \(x, y\) pairs, got "
+                                   "NoneType$"),
+    ({"sizes": [3, 3], "num_micro_batches": 2}, ValueError, "^give at most one of"),
+    ({"normalize": "mean"}, ValueError, "^normalize must be one of"),
+])
+def test_trajectory_report_checks_its_arguments_before_building_a_model(kwargs, error, message):
+    factory = counted()
+    arguments = {"model_factory": factory, "optimizer_factory": sgd, "loss_fn": nn.MSELoss(),
+                 "batches": [(X, Y)], **kwargs}
+    with pytest.raises(error, match=message):
+        trajectory_report(**arguments)
+    assert factory.calls == 0
+
+
+def test_trajectory_report_names_a_batch_that_is_not_a_pair():
+    with pytest.raises(TypeError, match=r"^batches\[1\] must be an \(x, y\) pair, got ndarray$"):
+        trajectory_report(counted(), sgd, nn.MSELoss(), [(X, Y), X])
+
+
+def test_a_model_factory_must_return_a_model():
+    message = r"^model_factory\(\) must return an nn.Module, got str$"
+    with pytest.raises(TypeError, match=message):
+        gradient_report(lambda: "mlp", nn.MSELoss(), X, Y)
+    with pytest.raises(TypeError, match=message):
+        trajectory_report(lambda: "mlp", sgd, nn.MSELoss(), [(X, Y)])

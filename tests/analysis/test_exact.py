@@ -137,3 +137,96 @@ def test_exact_mode_refuses_float_hyperparameters_and_square_roots():
     assert opt.lr == 1
     opt.lr = Fraction(1, 2)
     assert opt.lr == Fraction(1, 2)
+
+
+# ----- arguments that cannot be exact are refused, naming them --------------------------------
+def test_to_exact_needs_a_module():
+    with pytest.raises(TypeError, match="^model must be an nn.Module, got str$"):
+        to_exact("model")
+
+
+def test_to_fractions_converts_numbers_of_any_kind_exactly():
+    values = to_fractions([0.1, 3, Fraction(1, 3), True])
+    assert values.tolist() == [Fraction(3602879701896397, 2**55), 3, Fraction(1, 3), 1]
+    assert to_fractions(np.array([False, True])).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("a, error, message", [
+    ([1.0, float("nan")], ValueError, "^a holds NaN or inf, which have no exact Fraction value$"),
+    (np.array([[float("inf")]]), ValueError, "^a holds NaN or inf"),
+    ([Fraction(1, 2), -float("inf")], ValueError, "^a holds NaN or inf"),
+    ("abc", TypeError, "^a must hold real numbers, got str of dtype <U3$"),
+    ([1.0, "2"], TypeError, "^a must hold real numbers, got list of dtype <U32$"),
+    ([Fraction(1, 2), "2"], TypeError, "^a must hold real numbers, got str '2' in list$"),
+    ([None], TypeError, "^a must hold real numbers, got NoneType None in list$"),
+    ([1 + 2j], TypeError, "^a must hold real numbers, got list of dtype complex128$"),
+    ([[1.0], [1.0, 2.0]], TypeError, "^a must be numbers or an array of them, got list: "),
+])
+def test_to_fractions_refuses_what_has_no_exact_value(a, error, message):
+    with pytest.raises(error, match=message):
+        to_fractions(a)
+
+
+def counted(factory):
+    """``factory`` that counts its calls in ``.calls``: a refused call builds no model."""
+    def build():
+        build.calls += 1
+        return factory()
+    build.calls = 0
+    return build
+
+
+X, Y = ONE_WEIGHT_DATA
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(sizes=[2, 2]), ValueError, r"^micro-batch sizes \[2, 2\] must be positive and sum "
+                                     "to the batch size 3$"),
+    (dict(sizes=[0, 3]), ValueError, r"^sizes\[0\] must be a positive int, got 0$"),
+    (dict(sizes=3), TypeError, "^sizes must be a sequence of positive ints, got int$"),
+    (dict(normalize="mean"), ValueError, "^normalize must be one of 'items', 'micro_batches', "
+                                         "'sum', got 'mean'$"),
+    (dict(x=X.tolist() + [[float("nan")]]), ValueError, "^x holds NaN or inf"),
+    (dict(y=np.zeros((2, 1))), ValueError, "^x has 3 samples but y has 2$"),
+])
+def test_gradients_equal_checks_its_arguments_before_building_a_model(kwargs, error, message):
+    factory = counted(one_weight_model)
+    arguments = {"x": X, "y": Y, "sizes": [1, 2], **kwargs}
+    with pytest.raises(error, match=message):
+        gradients_equal(factory, **arguments)
+    assert factory.calls == 0
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(lr=float("nan")), ValueError, "^lr must be a finite number with lr >= 0, got nan$"),
+    (dict(lr="0.1"), TypeError, "^lr must be a real number, got str '0.1'$"),
+    (dict(momentum=-0.5), ValueError, "^momentum must be a finite number with momentum >= 0"),
+    (dict(dampening=float("inf")), ValueError, "^dampening must be a finite number"),
+    (dict(weight_decay=None), TypeError, "^weight_decay must be a real number, got NoneType"),
+    (dict(nesterov=1), TypeError, "^nesterov must be True or False, got int 1$"),
+    (dict(batches=[(X, Y, Y)]), TypeError, r"^batches\[0\] must be an \(x, y\) pair, got tuple$"),
+    (dict(batches=[(X, Y), (X, [[float("inf")]] * 3)]), ValueError,
+     r"^batches\[1\] y holds NaN or inf"),
+    (dict(batches=[(X, Y), (X[:2], Y[:2])]), ValueError,
+     "^micro-batch sizes .* sum to the batch size 2$"),
+    (dict(batches=X), TypeError, r"^batches\[0\] must be an \(x, y\) pair, got ndarray$"),
+    (dict(batches=None), TypeError, r"^batches must be a sequence of \(x, y\) pairs, got "
+                                    "NoneType$"),
+])
+def test_trajectories_equal_checks_its_arguments_before_building_a_model(kwargs, error,
+                                                                         message):
+    factory = counted(one_weight_model)
+    arguments = {"batches": [(X, Y)], "sizes": [1, 2], "lr": Fraction(1, 10), **kwargs}
+    with pytest.raises(error, match=message):
+        trajectories_equal(factory, **arguments)
+    assert factory.calls == 0
+
+
+@pytest.mark.parametrize("factory, given", [(one_weight_model(), "Linear"), (None, "NoneType")])
+def test_a_model_instead_of_a_model_factory_is_refused(factory, given):
+    message = (r"^model_factory must be a function returning a new model \(e.g. lambda: "
+               rf"nn.MLP\(...\)\), got {given}$")
+    with pytest.raises(TypeError, match=message):
+        gradients_equal(factory, X, Y, [1, 2])
+    with pytest.raises(TypeError, match=message):
+        trajectories_equal(factory, [(X, Y)], [1, 2], lr=Fraction(1, 10))

@@ -255,3 +255,56 @@ def test_backward_refuses_a_seed_that_is_not_an_array(gradient):
     with pytest.raises(TypeError, match=r"gradient must be a Tensor or an array of shape \(2,\)"):
         (x * 2.0).backward(gradient=gradient)
     assert x.grad is None
+
+
+# ----- bad shapes, axes and operands: errors as PyTorch's, before NumPy sees them --------------
+_T = Tensor(np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: _T + Tensor(np.ones((3, 2))), ValueError,
+     r"shapes \(2, 3\) and \(3, 2\) cannot be broadcast for \+"),
+    (lambda: _T * [1.0, 2.0], ValueError, r"cannot be broadcast for \*"),
+    (lambda: _T < Tensor(np.ones(2)), ValueError, "cannot be broadcast for lt"),
+    (lambda: _T + None, TypeError, "cannot combine a Tensor with NoneType"),
+    (lambda: _T * "a", TypeError, "cannot combine a Tensor with str"),
+    (lambda: _T.reshape(4), ValueError, r"shape \(4,\) is invalid for a tensor of shape"),
+    (lambda: _T.reshape(-1, -1), ValueError, "more than one -1"),
+    (lambda: _T.reshape(2, 3.0), TypeError, r"shape\[1\] must be an integer"),
+    (lambda: _T.transpose((0, 5)), IndexError, "axis 5 of transpose is out of range"),
+    (lambda: _T.transpose((0, 0)), ValueError, "repeats an axis"),
+    (lambda: _T.transpose((0, 1, 2)), ValueError, "each of the 2 dimensions once"),
+    (lambda: _T.sum(axis=2), IndexError, "axis 2 of sum is out of range"),
+    (lambda: _T.mean(axis=1.5), TypeError, "axis of mean must be an integer"),
+    (lambda: Tensor(np.ones((2, 3, 4))) @ Tensor(np.ones((5, 4, 2))), ValueError,
+     r"batch dimensions"),
+    (lambda: _T.item(), ValueError, r"one element, got shape \(2, 3\)"),
+    (lambda: len(Tensor(1.0)), TypeError, "len\\(\\) of a 0-d tensor"),
+    (lambda: Tensor([1.0], requires_grad="yes"), TypeError, "requires_grad must be True or"),
+    (lambda: Tensor([1.0], dtype=str), TypeError, "dtype must be a numeric dtype"),
+    (lambda: Tensor([1.0], xp="no_such_library"), ValueError, "xp must name an installed"),
+    (lambda: Tensor([1.0], xp=42), TypeError, "xp must be an array-API namespace"),
+    (lambda: Tensor([1.0], device="gpu"), ValueError, "device 'gpu' is not a device of numpy"),
+])
+def test_bad_shapes_axes_and_operands_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_integer_tensors_promote_with_float_numbers_as_pytorch_does():
+    ints = Tensor(np.array([1, 2]))
+    assert np.array_equal((ints + 0.5).data, [1.5, 2.5])
+    assert np.array_equal((ints * 0.5).data, [0.5, 1.0])
+    assert (ints * 2).dtype == np.int64  # an int stays an int
+    floats32 = Tensor(np.array([1.0], dtype=np.float32))
+    assert (floats32 * 0.1).dtype == np.float32  # a number takes a float tensor's dtype
+
+
+def test_a_number_to_a_tensor_power_has_its_gradient():
+    t = Tensor([1.0, 2.0], requires_grad=True)
+    (2.0 ** t).sum().backward()
+    # The same product of the same two factors; only log and pow may differ by 1 ulp between
+    # NumPy's vectorised (array) and scalar paths: 2 ulps of relative error at most, < 4e-16.
+    assert np.allclose(t.grad, np.log(2.0) * 2.0 ** np.array([1.0, 2.0]), rtol=4e-16, atol=0)
+    assert np.array_equal((t ** np.int64(2)).data, [1.0, 4.0])  # NumPy integers as exponents
+    assert Tensor(5.0).mean(axis=0).item() == 5.0  # a 0-d tensor's one axis, as in torch

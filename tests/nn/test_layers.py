@@ -17,7 +17,7 @@ from layer_refs import batch_norm_ref as _batch_norm_ref
 from layer_refs import group_norm_ref as _group_norm_ref
 from layer_refs import layer_norm_ref as _layer_norm_ref
 
-from minigrad import backend, nn
+from minigrad import Tensor, backend, nn
 from minigrad.nn import functional as F
 
 
@@ -139,3 +139,57 @@ def test_activation_modules_and_sequential(xp):
     assert np.array_equal(_np(seq(x)), _np(seq[1](seq[0](x))))
     with pytest.raises(TypeError, match="argument 1 is function"):
         nn.Sequential(nn.ReLU(), F.relu)
+
+
+# ----- inputs PyTorch refuses --------------------------------------------------------------------
+@pytest.mark.parametrize("module", [nn.Linear(3, 2), nn.BatchNorm1d(3), nn.GroupNorm(1, 3),
+                                    nn.LayerNorm(3)], ids=lambda m: type(m).__name__)
+def test_layers_refuse_integer_and_mixed_precision_input(module):
+    with pytest.raises(TypeError, match="needs floating-point input, got dtype int64"):
+        module(Tensor(np.ones((4, 3), dtype=np.int64)))
+    with pytest.raises(TypeError, match="has float64 parameters but got float32 input"):
+        module(Tensor(np.ones((4, 3), dtype=np.float32)))
+
+
+def test_module_arguments_and_state_are_checked():
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    with pytest.raises(IndexError, match="index 5 is out of range for a Sequential of 2"):
+        model[5]
+    with pytest.raises(TypeError, match="mode must be True or False, got str 'no'"):
+        model.train("no")
+    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+        model.to(dtype=np.int32)
+    with pytest.raises(TypeError, match="state_dict must be a dict"):
+        model.load_state_dict(None)
+    bad = {k: np.full(v.shape, "a") for k, v in model.state_dict().items()}
+    with pytest.raises(TypeError, match="Tensor data must be numbers"):
+        model.load_state_dict(bad)
+    assert model.training is True
+    assert model[0].weight.dtype == np.float64
+
+
+def test_a_failed_forward_puts_back_the_running_statistics():
+    model = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(4, 2))  # the Linear refuses 3 inputs
+    before = {k: np.array(v, copy=True) for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="last dimension must be 4"):
+        model(Tensor(np.random.default_rng(0).normal(size=(8, 3))))
+    after = model.state_dict()
+    assert all(np.array_equal(after[k], v) for k, v in before.items())
+
+
+def test_empty_batches_and_zero_d_dropout_work_as_in_pytorch():
+    assert nn.GroupNorm(2, 4)(Tensor(np.ones((0, 4)))).shape == (0, 4)
+    assert F.dropout(Tensor(3.0), 0.5, seed=1).shape == ()
+    with pytest.raises(TypeError, match="sample_index must be an integer array"):
+        F.dropout(Tensor(np.ones((2, 3))), 0.5, sample_index=np.array([0.5, 1.5]))
+    with pytest.raises(TypeError, match="sample_index must be an integer array"):
+        F.dropout(Tensor(np.ones((2, 3))), 0.5, sample_index=[0, 1])
+    loss = nn.CrossEntropyLoss()
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        loss(Tensor(np.ones((2, 3))), np.array([0, 1]), reduction="")
+    with pytest.raises(TypeError, match="ignore_index must be an integer"):
+        nn.CrossEntropyLoss(ignore_index=1.5)
+    with pytest.raises(TypeError, match="cross_entropy needs floating-point input"):
+        F.cross_entropy(Tensor(np.ones((2, 3), dtype=np.int64)), np.array([0, 1]))
+    with pytest.raises(ValueError, match="no class"):
+        F.cross_entropy(Tensor(np.ones((4, 0))), np.full(4, -100))

@@ -63,10 +63,11 @@ def test_batchnorm_momentum_none_is_a_cumulative_average(xp):
 
 def test_batchnorm_eval_uses_running_stats(xp):
     bn = nn.BatchNorm1d(2, xp=xp)
-    bn.weight.data = xp.asarray([2.0, 0.5])
-    bn.bias.data = xp.asarray([1.0, -1.0])
-    bn.running_mean = xp.asarray([1.0, -2.0])
-    bn.running_var = xp.asarray([4.0 - EPS, 0.25 - EPS])  # so that sqrt(var + eps) is 2, 0.5
+    bn.weight.data = xp.asarray([2.0, 0.5], dtype=xp.float64)
+    bn.bias.data = xp.asarray([1.0, -1.0], dtype=xp.float64)
+    bn.running_mean = xp.asarray([1.0, -2.0], dtype=xp.float64)
+    # so that sqrt(var + eps) is 2, 0.5
+    bn.running_var = xp.asarray([4.0 - EPS, 0.25 - EPS], dtype=xp.float64)
     bn.eval()
     out = bn(_tensor(xp, [[3.0, -1.0], [1.0, -2.5]]))
     assert _np(out) == pytest.approx(np.array([[3.0, 0.0], [1.0, -1.5]]), rel=1e-14, abs=1e-14)

@@ -77,3 +77,13 @@ def test_clip_keeps_float32_and_validates(xp):
     with pytest.raises(ValueError, match="norm_type must be .* norm_type >= 1"):
         optim.clip_by_global_norm([arr(xp, [1.0])], 1.0, norm_type=0.5)
     assert optim.clip_by_global_norm([], 1.0) == ((), 0.0)
+
+
+def test_clip_refuses_what_is_not_a_sequence_of_arrays():
+    with pytest.raises(TypeError, match="grads must be a sequence of arrays"):
+        optim.clip_by_global_norm(np.array([3.0, 4.0]), 1.0)
+    with pytest.raises(TypeError, match=r"grads\[0\] must be an array, got list"):
+        optim.clip_by_global_norm([[3.0, 4.0]], 1.0)
+    for bad in (None, 5):
+        with pytest.raises(TypeError, match="params must be a Tensor or an iterable"):
+            optim.clip_grad_norm_(bad, 1.0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from optim_oracle import arr, np_, sqrt_of, torch_adam
 
-from minigrad import backend
+from minigrad import backend, optim
 from minigrad.engine.tensor import Parameter
 from minigrad.optim import SGD, Adam, AdamW, adam, adamw, sgd
 
@@ -219,3 +219,34 @@ def test_cupy_state_lives_on_the_gpu(cupy_xp):
     set_grads([a, b], cupy_xp)
     opt.step()
     assert all(backend.get_namespace(x) is cupy_xp for x in opt.state_dict()["nu"])
+
+
+def test_fraction_hyperparameters_on_float_parameters_are_used_as_floats():
+    from fractions import Fraction
+
+    from minigrad import nn
+
+    model = nn.MLP([2, 3, 1])
+    opt = optim.SGD(model.parameters(), lr=Fraction(1, 10), momentum=Fraction(1, 2))
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = p.data * 1.0
+        opt.step()
+    assert all(p.data.dtype == np.float64 for p in model.parameters())
+    opt.lr = Fraction(1, 3)
+    assert type(opt.lr) is float
+
+
+@pytest.mark.parametrize("state, message", [
+    (None, "state_dict must be a dict"),
+    ({"lr": 0.1, "hyperparams": 5, "step_count": 0, "count": [0], "mu": [None]},
+     r"state_dict\['hyperparams'\] must be a dict"),
+])
+def test_load_state_dict_refuses_garbage_by_name(state, message):
+    w = Parameter([1.0])
+    opt = optim.SGD([w], lr=0.1, momentum=0.5)
+    with pytest.raises(TypeError, match=message):
+        opt.load_state_dict(state)
+    with pytest.raises(TypeError, match="params must be an iterable of Tensors"):
+        optim.SGD(None, lr=0.1)
+    assert opt.lr == 0.1 and opt.step_count == 0

@@ -63,3 +63,17 @@ def test_scheduler_sets_lr_once_per_update_and_refuses_micro_batch_steps(xp):
     again = optim.Scheduler(opt, optim.step_decay(1.0, 1, 0.5))
     again.load_state_dict(sched.state_dict())
     assert (again.t, opt.lr) == (3, 0.125)
+
+
+def test_step_decay_is_fast_at_any_t_and_equals_its_repeated_products():
+    s = optim.step_decay(0.1, 1, 0.5)
+    assert s(10**11) == 0.0  # closed form: no loop of 10^11 products
+    sequential = [s(t) for t in range(6)]
+    value, expected = 0.1, []
+    for _ in range(6):
+        expected.append(value)
+        value *= 0.5
+    assert sequential == expected  # the chained products, bit for bit, as StepLR.step()
+    assert s(3) == expected[3]  # going back recomputes from the start
+    with pytest.raises(ValueError, match="start_factor must be a finite number with 0 <"):
+        optim.linear_warmup(optim.constant(0.1), 3, start_factor=0)
