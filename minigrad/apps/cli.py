@@ -9,8 +9,10 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -72,7 +74,9 @@ def demo(args):
     print(f"MLP {sizes} on {args.classes} spirals ({args.samples} samples), "
           f"full-batch SGD, lr={args.lr}")
     print(f"{'epoch':>7}  {'loss':>9}  {'accuracy':>8}")
-    with _one_blas_thread():
+    # An overflow is reported once, as divergence (exit 1), not as NumPy's warning per op.
+    with _one_blas_thread(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         seconds = _train(model, x, y, args)
         final = accuracy(model(x), y)
     print(f"final training accuracy: {final:.1%} "
@@ -87,6 +91,9 @@ def _train(model, x, y, args):
     for epoch in range(args.epochs + 1):
         logits = model(x)
         loss = F.cross_entropy(logits, y)
+        if not math.isfinite(loss.item()):
+            raise Diverged(f"the loss became {loss.item()} at epoch {epoch}: the learning "
+                           f"rate --lr {args.lr} (or the data's --noise) is too large")
         if epoch % args.every == 0 or epoch == args.epochs:
             print(f"{epoch:>7}  {loss.item():>9.5f}  {accuracy(logits, y):>8.1%}")
         if epoch == args.epochs:
@@ -205,7 +212,20 @@ def build_parser():
     return parser
 
 
+class Diverged(RuntimeError):
+    """Training produced a non-finite loss (exit status 1)."""
+
+
 def main(argv=None):
-    """Entry point of the ``minigrad`` command; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    return args.run(args)
+    """Entry point of the ``minigrad`` command; returns the exit status: 0 done, 1 the run
+    failed (training diverged), 2 bad arguments (including sizes too large for memory)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except Diverged as err:
+        print(f"minigrad {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except MemoryError as err:
+        parser.exit(2, f"minigrad {args.command}: error: not enough memory for these sizes "
+                       f"({err})\n")

@@ -199,3 +199,19 @@ def test_plan_bad_value_is_one_line_naming_the_flag_with_exit_status_2(capsys, a
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in captured.err
     assert lines[0].startswith("minigrad plan: error:")
+
+
+def test_a_diverging_demo_exits_1_with_one_line(capsys):
+    status = cli.main(["demo", "--epochs", "3", "--lr", "1e300", "--every", "1",
+                       "--samples", "20", "--hidden", "4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1
+    assert len(err) == 1 and "the loss became" in err[0] and "--lr 1e+300" in err[0]
+
+
+def test_sizes_too_large_for_memory_exit_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["demo", "--samples", "1000000000000"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not enough memory" in err[0]
