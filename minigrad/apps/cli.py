@@ -67,7 +67,11 @@ def demo(args):
     """Full-batch SGD on spirals: p <- p - lr * dL/dp, L the mean cross-entropy."""
     if args.samples < args.classes:
         args.error(f"--samples ({args.samples}) must be at least --classes ({args.classes})")
-    x, y = data.to_namespace(*data.spirals(args.samples, args.classes, args.noise, seed=args.seed))
+    try:
+        points = data.spirals(args.samples, args.classes, args.noise, seed=args.seed)
+    except ValueError as err:  # e.g. --noise so large that the data overflow
+        args.error(str(err).replace("noise=", "--noise "))
+    x, y = data.to_namespace(*points)
     x = Tensor(x)
     sizes = [2, args.hidden, args.hidden, args.classes]
     model = nn.MLP(sizes, seed=args.seed)

@@ -64,7 +64,8 @@ def spirals(n_samples=400, n_classes=2, noise=0.1, turns=1.0, seed=0):
     theta = 2.0 * math.pi * (y / n_classes + turns * r)
     _check_finite(theta, {"turns": turns})
     x = r[:, None] * np.stack([np.cos(theta), np.sin(theta)], axis=1)
-    x = x + noise * generator.normal(size=x.shape)
+    with np.errstate(over="ignore", invalid="ignore"):  # reported once, just below
+        x = x + noise * generator.normal(size=x.shape)
     _check_finite(x, {"noise": noise})
     return x.astype(np.float64), y.astype(np.int64)
 
@@ -78,7 +79,8 @@ def blobs(n_samples=400, n_classes=3, n_features=2, spread=0.5, box=3.0, seed=0)
     generator = backend.rng(seed)
     centres = generator.uniform(-box, box, size=(n_classes, n_features))
     y, _, _ = _labels(n_samples, n_classes, generator)
-    x = centres[y] + spread * generator.normal(size=(n_samples, n_features))
+    with np.errstate(over="ignore", invalid="ignore"):  # reported once, just below
+        x = centres[y] + spread * generator.normal(size=(n_samples, n_features))
     _check_finite(x, {"spread": spread, "box": box})
     return x.astype(np.float64), y.astype(np.int64)
 

@@ -141,6 +141,11 @@ def as_array(data, *, xp=None, dtype=None, device=None):
             raise TypeError(f"Tensor data must be numbers or an array of them, got {given}: "
                             f"{err}") from None
     namespace = get_namespace(data)
+    if is_exact(data) and given not in ("ndarray", "Tensor") and not any(
+            type(v).__name__ == "Fraction" for v in data.flat):
+        # Python ints beyond 64 bits become object arrays: not numbers an array can hold
+        raise TypeError(f"Tensor data must be numbers an array can hold, got {given} with "
+                        f"values beyond 64-bit integers")
     if not is_numeric(namespace, data):
         raise TypeError(f"Tensor data must be numbers (bool, int, float, or Fractions in "
                         f"exact mode), got {given} of dtype {data.dtype}")

@@ -1,6 +1,6 @@
 """Primitives of two inputs that are functions rather than Tensor methods."""
 
-from minigrad.engine import backend
+from minigrad.engine import backend, shapes
 from minigrad.engine.tensor import Tensor, primitive
 
 
@@ -34,11 +34,16 @@ def take_along_axis(x, indices, axis=-1):
     """
     xp = x.xp
     idx = indices.data if isinstance(indices, Tensor) else indices
+    if not backend.is_array(idx):
+        raise TypeError(f"indices must be an integer array, got {type(idx).__name__}")
     backend.get_namespace(x.data, idx)
     if not xp.isdtype(idx.dtype, "integral"):
         raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
-    axis = axis % x.ndim
+    (axis,) = shapes.axes(axis, x.ndim, "take_along_axis")
     n = x.shape[axis]
+    if backend.size(idx) and bool(xp.any((idx < 0) | (idx >= n))):
+        raise IndexError(f"indices must lie in [0, {n}) along axis {axis} of a tensor of "
+                         f"shape {x.shape}")
 
     def backward(g):
         g_last = xp.moveaxis(g, axis, -1)[..., None]

@@ -40,7 +40,14 @@ def seed(root, gradient=None):
             raise RuntimeError(f"backward() on a non-scalar tensor of shape {root.shape} "
                                "needs a seed: pass gradient= with that shape")
         return backend.ones_like(root.xp, root.data)
-    backend.get_namespace(root.data, gradient)
+    try:
+        backend.get_namespace(root.data, gradient)
+    except TypeError as err:
+        raise TypeError(f"gradient must be an array of the output's namespace: {err}") from None
+    if not backend.is_numeric(root.xp, gradient) or backend.is_exact(gradient) != \
+            backend.is_exact(root.data):
+        raise TypeError(f"gradient must hold numbers like the output ({root.dtype}), got "
+                        f"dtype {gradient.dtype}")
     if tuple(gradient.shape) != root.shape:
         raise ValueError(f"gradient has shape {tuple(gradient.shape)}, "
                          f"expected the output's shape {root.shape}")

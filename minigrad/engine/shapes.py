@@ -49,7 +49,7 @@ def permutation(perm, ndim):
     if not isinstance(perm, (tuple, list)) or len(perm) != ndim:
         raise ValueError(f"axes of transpose must list each of the {ndim} dimensions once, "
                          f"got {perm!r}")
-    return axes(tuple(perm), ndim, "transpose")
+    return axes(tuple(perm), ndim, "transpose (axes)")
 
 
 def reshaped(shape, size, old):

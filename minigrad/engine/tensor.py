@@ -330,6 +330,13 @@ def primitive(data, inputs, backward):
     >>> x.grad
     array([12.])
     """
+    if not isinstance(inputs, (tuple, list)) or not inputs or not all(
+            isinstance(t, Tensor) for t in inputs):
+        raise TypeError(f"inputs of a primitive must be a non-empty tuple of Tensors, got "
+                        f"{inputs!r:.80}")
+    if not callable(backward):
+        raise TypeError(f"backward must be a function g -> input gradients, got "
+                        f"{type(backward).__name__}")
     first = inputs[0]
     if not hasattr(data, "shape"):
         # NumPy object (Fraction) arrays give bare scalars for 0-d results.

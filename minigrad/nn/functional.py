@@ -159,7 +159,10 @@ def mse_loss(input, target, reduction="mean"):
     """(input - target)^2 elementwise; ``"mean"`` divides by the number of elements."""
     _check_reduction(reduction)
     input = as_input(input, "mse_loss")
-    target = input._lift(target)
+    try:
+        target = input._lift(target)
+    except TypeError as err:
+        raise TypeError(f"target of mse_loss: {err}") from None
     if input.shape != target.shape:
         raise ValueError(f"input shape {input.shape} and target shape {target.shape} differ")
     diff = input - target

@@ -166,8 +166,11 @@ class Module:
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
         staged = {}
         for name, target in own.items():
-            value = backend.as_array(state[name], xp=backend.get_namespace(target),
-                                     device=backend.device(target))
+            try:
+                value = backend.as_array(state[name], xp=backend.get_namespace(target),
+                                         device=backend.device(target))
+            except TypeError as err:
+                raise TypeError(f"state_dict[{name!r}]: {err}") from None
             if tuple(value.shape) != tuple(target.shape):
                 raise ValueError(f"state_dict[{name!r}] has shape {tuple(value.shape)}, "
                                  f"expected {tuple(target.shape)}")
@@ -209,7 +212,7 @@ class Module:
         staged = {}
         for key, array in self.state_dict().items():
             ns = target or backend.get_namespace(array)
-            array = backend.move(array, ns, device=device)
+            array = backend.as_array(array, xp=ns, device=device)
             if dtype is not None and backend.is_floating(ns, array):
                 array = ns.astype(array, backend.as_dtype(ns, dtype))
             staged[key] = array

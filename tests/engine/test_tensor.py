@@ -4,6 +4,7 @@ input. The reverse walk itself (backward(), no_grad, detach) is tested in test_g
 
 from fractions import Fraction
 
+import array_api_strict
 import autograd.numpy as anp
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minigrad import backend
-from minigrad.engine import Tensor, maximum, take_along_axis
+from minigrad.engine import Tensor, maximum, primitive, take_along_axis
 
 
 def _gather_ref(x, idx, axis):
@@ -271,7 +272,7 @@ _T = Tensor(np.ones((2, 3)))
     (lambda: _T.reshape(4), ValueError, r"shape \(4,\) is invalid for a tensor of shape"),
     (lambda: _T.reshape(-1, -1), ValueError, "more than one -1"),
     (lambda: _T.reshape(2, 3.0), TypeError, r"shape\[1\] must be an integer"),
-    (lambda: _T.transpose((0, 5)), IndexError, "axis 5 of transpose is out of range"),
+    (lambda: _T.transpose((0, 5)), IndexError, r"axis 5 of transpose \(axes\) is out of range"),
     (lambda: _T.transpose((0, 0)), ValueError, "repeats an axis"),
     (lambda: _T.transpose((0, 1, 2)), ValueError, "each of the 2 dimensions once"),
     (lambda: _T.sum(axis=2), IndexError, "axis 2 of sum is out of range"),
@@ -308,3 +309,25 @@ def test_a_number_to_a_tensor_power_has_its_gradient():
     assert np.allclose(t.grad, np.log(2.0) * 2.0 ** np.array([1.0, 2.0]), rtol=4e-16, atol=0)
     assert np.array_equal((t ** np.int64(2)).data, [1.0, 4.0])  # NumPy integers as exponents
     assert Tensor(5.0).mean(axis=0).item() == 5.0  # a 0-d tensor's one axis, as in torch
+
+
+def test_primitive_seeds_and_gathers_are_checked_by_name():
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with pytest.raises(TypeError, match="inputs of a primitive must be a non-empty tuple"):
+        primitive(np.ones(2), (), lambda g: g)
+    with pytest.raises(TypeError, match="inputs of a primitive must be a non-empty tuple"):
+        primitive(np.ones(2), (np.ones(2),), lambda g: g)
+    with pytest.raises(TypeError, match="gradient must hold numbers"):
+        (x * 2.0).backward(np.array(["a", "b", "c"]))
+    with pytest.raises(TypeError, match="gradient must be an array of the output's namespace"):
+        (x * 2.0).backward(array_api_strict.ones(3, dtype=array_api_strict.float64))
+    table = Tensor(np.ones((2, 3)))
+    with pytest.raises(IndexError, match=r"indices must lie in \[0, 3\)"):
+        take_along_axis(table, np.array([[5], [0]]), axis=1)
+    with pytest.raises(IndexError, match="axis 5 of take_along_axis is out of range"):
+        take_along_axis(table, np.array([[1], [0]]), axis=5)
+    with pytest.raises(TypeError, match="indices must be an integer array, got list"):
+        take_along_axis(table, [[1], [0]], axis=1)
+    with pytest.raises(TypeError, match="values beyond 64-bit integers"):
+        Tensor(np.array([1, 2])) + 2**70
+    assert x.grad is None
