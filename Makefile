@@ -17,12 +17,12 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --quiet --python $(PY) -e ".[test,bench]"
+	$(UV) pip install --quiet --python $(PY) -e ".[test,bench,demo]"
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m minigrad demo
+	$(PY) -m minigrad demo --out build
 
 test: $(STAMP)
 	$(PY) -m ruff check minigrad tests benchmarks

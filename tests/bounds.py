@@ -1,172 +1,28 @@
-"""The derived rounding bound shared by the equivalence tests, and the models, data and
-splits they draw (test modules import these from here, never from each other).
+"""The derived rounding bounds the equivalence tests share, and the models, data and splits
+they draw (test modules import these from here, never from each other).
 
-The gradient bound (``gradient_bound``)
-=======================================
-Let a_i be the gradient of sample i's loss (summed over its items), N the number of samples
-and ``items`` the divisor (samples times outputs for MSE, kept targets for cross-entropy). In
-exact arithmetic both runs compute g = (1/items) sum_i a_i. In floating point (unit roundoff
-u = 2^-53, gamma_m = m u / (1 - m u)) they differ in two ways.
-
-1. The sum over samples. Full batch: each element of g is one matrix product (or sum) over
-   the N samples and one division, so (Higham, *Accuracy and Stability of Numerical
-   Algorithms*, 3.1) its error is at most gamma_{N+1} sum_i |a_i| / items. Accumulated: a term
-   of micro-batch j goes through at most n_j roundings inside its micro-batch's product and
-   k - 1 in the running sum ``p.grad + g_j``; n_j + k - 1 <= N, so the same bound holds. For
-   the two runs together: 2 gamma_{N+1} S, S = (1/items) sum_i |a_i| (elementwise).
-
-2. The per-item terms themselves. BLAS picks its kernels by shape, so the same sample is
-   rounded differently in a batch of n_j and in a batch of N. Each run computes a_i to within
-   gamma_{m_item} kappa max|a_i| (first-order model), where
-   * m_item = L (6W + 60) + 2C + 10 counts the roundings along the longest chain of one
-     sample's forward and backward pass (``per_item_roundings``: per Linear layer of width
-     <= W an inner product, a normalisation's two statistics and an activation, forward and
-     backward; a log-sum-exp over C classes and its derivative; 4N more per layer for the
-     batch sums of BatchNorm in training mode, used in ``test_reference``);
-   * kappa >= 1 (``condition_number``) is how much the network amplifies those roundings: a
-     normalisation divides x - mean(x), whose error is relative to |W||h| + |b| + |mean|, by
-     sigma = sqrt(var + eps); MSE's residual out - y likewise.
-   This part is normwise (S_norm = (1/items) sum_i max|a_i|, the max over every element of
-   every parameter): cancellation inside a sample's own computation makes a componentwise
-   relative model false. A 2-feature LayerNorm of two distant values saturates (x_hat = +-1
-   up to eps/d^2): the gradient through it (1e-6 to 1e-4 in the case we met) is a difference
-   of much larger terms, and their roundings (1e-17) are what differs between the runs; the
-   componentwise model was exceeded 45 times there.
-
-        |g_acc - g_full| <= 2 gamma_{N+1} S + 2 gamma_{m_item} kappa S_norm
-
-The first part is rigorous, the second a first-order model (about 1e-13 kappa S_norm for
-these sizes). What the model assumes: no pre-activation lies within its rounding error of
-the ReLU kink (relu' would flip between the runs, an O(1) change of one sample's gradient;
-for continuous random data the chance is ~1e-15 per unit, and a 1-feature normalisation
-group, which gives exact zeros, gives them in both runs). Where hypothesis' ``target()``
-pushed hardest, the worst ratio error / bound seen in the long profile (500 examples per
-namespace) was 0.013; without kappa one example (``test_nearly_equal_values_in_a_layer_norm``)
-reached 4.5.
+The bounds themselves (``gamma``, ``per_item_gradients``, ``condition_number``,
+``gradient_bound``, ``bound_ratio``, ``flat``) live in ``minigrad.analysis.bounds``, whose
+docstring derives them (``minigrad check`` judges against them too); they are re-exported
+here. What stays here is the tests' own: hypothesis strategies for models and splits, and
+seeded data.
 """
 
-import math
-
 import numpy as np
-from helpers import to_np
 from hypothesis import strategies as st
 
-from minigrad import backend, nn
-from minigrad.accumulate import accumulated_gradients
-from minigrad.engine import Tensor, no_grad
+from minigrad import nn
+from minigrad.analysis.bounds import (
+    bound_ratio,
+    condition_number,
+    flat,
+    gamma,
+    gradient_bound,
+    per_item_gradients,
+)
 
-U = 2.0**-53  # unit roundoff of float64
-
-
-def gamma(m):
-    """Higham's gamma_m = m u / (1 - m u): the relative error of m successive roundings."""
-    return m * U / (1 - m * U)
-
-
-# ----- per-item gradients and the gradient bound ------------------------------------------------
-class OneItem:
-    """The loss of sample ``i`` alone, computed on the whole batch (other rows weigh 0)."""
-
-    def __init__(self, loss, i):
-        self.loss, self.i = loss, i
-
-    def __call__(self, out, y, reduction="sum"):
-        per_row = self.loss(out, y, reduction="none")
-        mask = np.zeros((out.shape[0],) + (1,) * (per_row.ndim - 1))
-        mask[self.i] = 1.0
-        return (per_row * out.xp.asarray(mask, device=out.device)).sum()
-
-    def num_items(self, y):
-        return 1
-
-
-def per_item_gradients(model, loss, x, y, step_index=0):
-    """a_i for each sample i: the gradient of its loss (summed over its items), as NumPy.
-
-    Computed on the whole batch, so BatchNorm in training mode couples the samples as it
-    does in training, and dropout masks are keyed by (step_index, i) as ``step`` keys them.
-    """
-    return [to_np(accumulated_gradients(model, OneItem(loss, i), x, y, normalize="sum",
-                                        step_index=step_index))
-            for i in range(x.shape[0])]
-
-
-def per_item_roundings(sizes, batch_norm_samples=0):
-    """m_item: roundings along the longest chain of one sample's forward and backward pass.
-
-    Per Linear layer (fan-in and width <= W): forward 3W + 30 (the inner product, the two
-    statistics of a normalisation, an activation), backward 3W + 30 (the same in reverse);
-    the loss 2C + 10 (a log-sum-exp over C classes and its derivative). In training mode a
-    BatchNorm layer also sums over the batch: 4 sums of ``batch_norm_samples`` terms.
-    """
-    layers, width, classes = len(sizes) - 1, max(sizes), sizes[-1]
-    return layers * (6 * width + 60 + 4 * batch_norm_samples) + 2 * classes + 10
-
-
-def condition_number(model, loss, x, y, step_index=0):
-    """kappa >= 1: by how much the network amplifies the roundings of its intermediate values.
-
-    A normalisation divides x - mean(x), whose rounding error is relative to the magnitude
-    |W||h| + |b| of the Linear layer before it (plus |mean|), by sigma = sqrt(var + eps); so
-    it multiplies the relative error of everything after it by
-    kappa_l = max (|W||h| + |b| + |mean|) / sigma: about 2-5 for well-spread values, large
-    when the values of a group nearly coincide. MSE's residual out - y does the same with
-    max(|out| + |y|) / max|out - y|. kappa is the product.
-    """
-    xp = backend.get_namespace(x)
-    h, magnitude, kappa = Tensor(x), np.abs(backend.to_numpy(x)), 1.0
-    with no_grad(), nn.dropout_keys(step_index, xp.arange(x.shape[0])):
-        for layer in model:
-            z, h = backend.to_numpy(h.data), layer(h)
-            if isinstance(layer, nn.Linear):
-                w, b = (np.abs(backend.to_numpy(p.data)) for p in (layer.weight, layer.bias))
-                magnitude = magnitude @ w.T + b
-                continue
-            if isinstance(layer, (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)):
-                kappa *= max(1.0, _normalisation_kappa(layer, z, magnitude))
-            magnitude = np.abs(backend.to_numpy(h.data))
-    if isinstance(loss, nn.MSELoss):
-        out, y = backend.to_numpy(h.data), backend.to_numpy(y)
-        kappa *= max(1.0, float(np.max(np.abs(out) + np.abs(y)) / np.max(np.abs(out - y))))
-    return kappa
-
-
-def _normalisation_kappa(layer, z, magnitude):
-    """max (magnitude + |mean|) / sigma over the groups the layer normalises."""
-    if isinstance(layer, nn.BatchNorm1d) and not layer.training:
-        mean = np.abs(backend.to_numpy(layer.running_mean))
-        sigma = np.sqrt(backend.to_numpy(layer.running_var) + layer.eps)
-        return float(np.max((magnitude + mean) / sigma))
-    if isinstance(layer, nn.BatchNorm1d):  # each feature over the batch
-        z, magnitude = z.T[:, None, :], magnitude.T[:, None, :]
-    else:  # each sample over its group of features
-        groups = layer.num_groups if isinstance(layer, nn.GroupNorm) else 1
-        z = z.reshape(z.shape[0], groups, -1)
-        magnitude = magnitude.reshape(z.shape)
-    sigma = np.sqrt(np.var(z, axis=2, keepdims=True) + layer.eps)
-    return float(np.max((magnitude + np.mean(magnitude, axis=2, keepdims=True)) / sigma))
-
-
-def gradient_bound(per_item, num_items, sizes, kappa=1.0, batch_norm_samples=0):
-    """Name -> elementwise bound on |g_acc - g_full| (derived in the module docstring):
-
-        2 gamma_{N+1} S + 2 gamma_{m_item} kappa S_norm
-        S      = (1/items) sum_i |a_i|       elementwise
-        S_norm = (1/items) sum_i max |a_i|   max over every element of every parameter
-    """
-    s_norm = sum(max(float(np.max(np.abs(g))) for g in a.values()) for a in per_item)
-    per_item_term = 2 * gamma(per_item_roundings(sizes, batch_norm_samples)) * kappa * s_norm
-    summation = 2 * gamma(len(per_item) + 1)
-    return {name: (summation * sum(np.abs(a[name]) for a in per_item) + per_item_term)
-            / num_items for name in per_item[0]}
-
-
-def bound_ratio(error, bound):
-    """max error / bound over the elements (inf where the bound is 0 but the error is not)."""
-    error, bound = np.asarray(error), np.asarray(bound)
-    if np.any((bound == 0) & (error != 0)):
-        return math.inf
-    return float(np.max(error / np.where(bound > 0, bound, 1.0), initial=0.0))
+__all__ = ["bound_ratio", "condition_number", "factory", "flat", "gamma", "gradient_bound",
+           "make_batches", "make_data", "mlp_configs", "partitions", "per_item_gradients"]
 
 
 # ----- models, data and splits --------------------------------------------------------------------
@@ -222,6 +78,3 @@ def factory(xp, config):
                           norm=config["norm"], dropout=config["dropout"], seed=config["seed"],
                           xp=xp)
 
-
-def flat(arrays):
-    return np.concatenate([np.ravel(backend.to_numpy(a)) for a in arrays])

@@ -1,28 +1,25 @@
 """The ``minigrad`` command line.
 
-``minigrad demo`` trains an MLP on interleaved spirals with full-batch gradient descent
-and prints the loss and training accuracy as it goes. ``minigrad plan`` picks the largest
+``minigrad demo`` trains one MLP on digits with and without accumulation and says which
+runs are full-batch training (``minigrad.apps.demo``). ``minigrad plan`` picks the largest
 micro-batch size whose update fits a memory budget (``minigrad.analysis.planner``).
+``minigrad check`` answers "is my set-up accumulation-safe?" (``minigrad.analysis.check``).
 """
 
 import argparse
 import contextlib
 import functools
 import json
-import math
+import os
 import sys
-import time
-import warnings
 
 import numpy as np
 
 from minigrad import nn, optim
 from minigrad.analysis import planner
-from minigrad.analysis.metrics import accuracy
-from minigrad.apps import data
+from minigrad.apps import check_command
+from minigrad.apps.args import number, widths
 from minigrad.engine import validate
-from minigrad.engine.tensor import Tensor
-from minigrad.nn import functional as F
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,21 +29,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _value(kind, check, flag, **limits):
-    """An argparse ``type``: parse ``kind`` (int or float), then ``check`` it as
-    ``minigrad.engine.validate`` does for the library, so both judge a value the same."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            noun = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
-        try:
-            return check(flag, value, **limits)
-        except (TypeError, ValueError) as err:
-            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{flag} ")) from None
-
-    return parse
+def _directory(text):
+    """An output folder: created if missing; an existing file is refused."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    return text
 
 
 def _one_blas_thread():
@@ -64,49 +51,13 @@ def _one_blas_thread():
 
 
 def demo(args):
-    """Full-batch SGD on spirals: p <- p - lr * dL/dp, L the mean cross-entropy."""
-    if args.samples < args.classes:
-        args.error(f"--samples ({args.samples}) must be at least --classes ({args.classes})")
-    try:
-        points = data.spirals(args.samples, args.classes, args.noise, seed=args.seed)
-    except ValueError as err:  # e.g. --noise so large that the data overflow
-        args.error(str(err).replace("noise=", "--noise "))
-    x, y = data.to_namespace(*points)
-    x = Tensor(x)
-    sizes = [2, args.hidden, args.hidden, args.classes]
-    model = nn.MLP(sizes, seed=args.seed)
-    print(f"MLP {sizes} on {args.classes} spirals ({args.samples} samples), "
-          f"full-batch SGD, lr={args.lr}")
-    print(f"{'epoch':>7}  {'loss':>9}  {'accuracy':>8}")
-    # An overflow is reported once, as divergence (exit 1), not as NumPy's warning per op.
-    with _one_blas_thread(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        seconds = _train(model, x, y, args)
-        final = accuracy(model(x), y)
-    print(f"final training accuracy: {final:.1%} "
-          f"after {args.epochs} epochs ({seconds:.1f} s)")
-    return 0
+    """Train one MLP on scikit-learn's digits in several ways with the same global batch and
+    updates (full batch; accumulated with the item-weighted rule and with the textbook mean
+    over an uneven split; BatchNorm plainly and in exact mode; GroupNorm) and say which runs
+    ARE full-batch training. Prints a table and writes a figure to --out."""
+    from minigrad.apps import demo as run_demo
 
-
-def _train(model, x, y, args):
-    """Full-batch SGD, printing a table row every ``args.every`` epochs; returns seconds."""
-    start = time.perf_counter()
-    # Row e shows the model after e updates; the last forward pass is only evaluated.
-    for epoch in range(args.epochs + 1):
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
-        if not math.isfinite(loss.item()):
-            raise Diverged(f"the loss became {loss.item()} at epoch {epoch}: the learning "
-                           f"rate --lr {args.lr} (or the data's --noise) is too large")
-        if epoch % args.every == 0 or epoch == args.epochs:
-            print(f"{epoch:>7}  {loss.item():>9.5f}  {accuracy(logits, y):>8.1%}")
-        if epoch == args.epochs:
-            break
-        model.zero_grad()
-        loss.backward()
-        for p in model.parameters():
-            p.data = p.data - args.lr * p.grad  # plain arrays: nothing is recorded
-    return time.perf_counter() - start
+    return run_demo.main(args)
 
 
 def plan(args):
@@ -149,22 +100,6 @@ def plan(args):
     return 0
 
 
-def _widths(text):
-    """``--sizes``: comma-separated widths, inputs first, at least two, each positive."""
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as "
-                                         f"784,256,10, got {text!r}") from None
-    if len(sizes) < 2:
-        raise argparse.ArgumentTypeError(f"expected at least 2 widths (inputs, ..., "
-                                         f"classes), got {text!r}")
-    try:
-        return [validate.positive_int(f"sizes[{i}]", s) for i, s in enumerate(sizes)]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def _memory(text):
     """``--memory``: a size such as 256MB, 1.5GiB or 4096 (bytes)."""
     try:
@@ -176,29 +111,20 @@ def _memory(text):
 def build_parser():
     parser = _Parser(prog="minigrad", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = commands.add_parser("demo", help="train an MLP on spirals and print the loss",
-                            description=demo.__doc__)
-    count = functools.partial(_value, int, validate.positive_int)
-    p.add_argument("--epochs", type=count("--epochs"), default=1000,
-                   help="full-batch updates (default: %(default)s)")
-    p.add_argument("--lr", type=_value(float, validate.real, "--lr", strict_low=True),
-                   default=0.5, help="learning rate (default: %(default)s)")
-    p.add_argument("--seed", type=_value(int, validate.integer, "--seed", low=0), default=0,
-                   help="seed of the data and the initial weights (default: %(default)s)")
-    p.add_argument("--hidden", type=count("--hidden"), default=64,
-                   help="width of both hidden layers (default: %(default)s)")
-    p.add_argument("--classes", type=_value(int, validate.integer, "--classes", low=2),
-                   default=2, help="number of spiral arms (default: %(default)s)")
-    p.add_argument("--samples", type=count("--samples"), default=400,
-                   help="number of training points (default: %(default)s)")
-    p.add_argument("--noise", type=_value(float, validate.real, "--noise"), default=0.1,
-                   help="noise standard deviation per coordinate (default: %(default)s)")
-    p.add_argument("--every", type=count("--every"), default=100,
-                   help="print a row every this many epochs (default: %(default)s)")
+    p = commands.add_parser("demo", help="accumulation vs full-batch training on digits",
+                            description=demo.__doc__,
+                            epilog="example: minigrad demo --quick --out figures")
+    p.add_argument("--quick", action="store_true",
+                   help="12 updates instead of 60 (under 15 s)")
+    p.add_argument("--out", type=_directory, default=".",
+                   help="folder for the figure demo.png (default: the current folder)")
+    p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
+                   help="seed of the data order and the initial weights (default: %(default)s)")
     p.set_defaults(run=demo, error=p.error)
+    count = functools.partial(number, int, validate.positive_int)
     p = commands.add_parser("plan", help="the largest micro-batch whose update fits a budget",
                             description=plan.__doc__)
-    p.add_argument("--sizes", type=_widths, required=True,
+    p.add_argument("--sizes", type=widths, required=True,
                    help="MLP widths, inputs first and classes last, e.g. 784,1024,1024,10")
     p.add_argument("--global-batch", type=count("--global-batch"), required=True,
                    help="samples in one update (the global batch)")
@@ -209,27 +135,22 @@ def build_parser():
                         "(default: %(default)s)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="dtype of the model and the data (default: %(default)s)")
-    p.add_argument("--seed", type=_value(int, validate.integer, "--seed", low=0), default=0,
+    p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
                    help="seed of the data and the initial weights (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=plan, error=p.error)
+    check_command.register(commands)
     return parser
 
 
-class Diverged(RuntimeError):
-    """Training produced a non-finite loss (exit status 1)."""
-
-
 def main(argv=None):
-    """Entry point of the ``minigrad`` command; returns the exit status: 0 done, 1 the run
-    failed (training diverged), 2 bad arguments (including sizes too large for memory)."""
+    """Entry point of the ``minigrad`` command; returns the exit status: 0 done, 1 a negative
+    answer (``check``: not equivalent; ``plan``: nothing fits), 2 bad arguments (including
+    sizes too large for memory)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except Diverged as err:
-        print(f"minigrad {args.command}: error: {err}", file=sys.stderr)
-        return 1
     except MemoryError as err:
         parser.exit(2, f"minigrad {args.command}: error: not enough memory for these sizes "
                        f"({err})\n")

@@ -1,108 +1,20 @@
-"""The apps layer: the ``minigrad demo`` and ``minigrad plan`` commands, the synthetic data sets,
-and the README's examples (so that what the README shows is what the code does)."""
+"""The apps layer's commands: ``minigrad demo`` and ``minigrad plan`` (``check`` has its own
+module), bad values on the command line, and the README's examples (so that what the README
+shows is what the code does)."""
 
 import doctest
 import json
 import math
 import pathlib
 import re
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 
-from minigrad.apps import cli, data
+from minigrad.apps import cli
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
-
-
-def _table(text):
-    """The (epoch, loss, accuracy) rows of the demo's table."""
-    rows = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0].isdigit() and parts[2].endswith("%"):
-            rows.append((int(parts[0]), float(parts[1]), float(parts[2][:-1]) / 100))
-    return rows
-
-
-def test_demo_prints_a_table_whose_loss_decreases(capsys):
-    assert cli.main(["demo", "--epochs", "60", "--every", "20", "--samples", "100"]) == 0
-    out = capsys.readouterr().out
-    assert "epoch" in out.splitlines()[1]
-    rows = _table(out)
-    assert [epoch for epoch, _, _ in rows] == [0, 20, 40, 60]
-    losses = [loss for _, loss, _ in rows]
-    assert losses[-1] < 0.9 * losses[0]
-    assert out.strip().splitlines()[-1].startswith("final training accuracy:")
-
-
-def test_demo_prints_the_last_epoch_even_off_the_grid(capsys):
-    cli.main(["demo", "--epochs", "5", "--every", "3", "--samples", "20", "--hidden", "4"])
-    assert [epoch for epoch, _, _ in _table(capsys.readouterr().out)] == [0, 3, 5]
-
-
-@pytest.mark.parametrize("argv", [
-    [],
-    ["fly"],
-    ["demo", "--epochs", "0"],
-    ["demo", "--epochs", "ten"],
-    ["demo", "--lr", "-1"],
-    ["demo", "--classes", "1"],
-    ["demo", "--noise", "-0.1"],
-    ["demo", "--samples", "2", "--classes", "3"],
-])
-def test_bad_arguments_exit_with_status_2_and_a_message(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(argv)
-    assert exit_info.value.code == 2
-    assert "error:" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("n_samples, n_classes", [(2, 2), (7, 3), (400, 2), (101, 5)])
-def test_spirals_shapes_dtypes_and_balance(n_samples, n_classes):
-    x, y = data.spirals(n_samples, n_classes)
-    assert x.shape == (n_samples, 2) and x.dtype == np.float64
-    assert y.shape == (n_samples,) and y.dtype == np.int64
-    counts = np.bincount(y, minlength=n_classes)
-    assert len(counts) == n_classes
-    assert counts.max() - counts.min() <= 1
-
-
-def test_spirals_are_determined_by_the_seed():
-    x0, y0 = data.spirals(50, 3, seed=7)
-    x1, y1 = data.spirals(50, 3, seed=7)
-    x2, _ = data.spirals(50, 3, seed=8)
-    assert np.array_equal(x0, x1) and np.array_equal(y0, y1)
-    assert not np.array_equal(x0, x2)
-
-
-def test_noiseless_spiral_points_lie_on_their_arm():
-    # Sample j of class k: radius (j + 1) / n_k, angle 2 pi (k / C + turns * r).
-    x, y = data.spirals(12, 3, noise=0.0, turns=0.25)
-    r = np.hypot(x[:, 0], x[:, 1])
-    for k in range(3):
-        assert np.allclose(np.sort(r[y == k]), [0.25, 0.5, 0.75, 1.0])
-    expected = np.exp(2j * np.pi * (y / 3 + 0.25 * r))
-    assert np.allclose((x[:, 0] + 1j * x[:, 1]) / r, expected)
-
-
-def test_blobs_shapes_and_determinism():
-    x, y = data.blobs(30, n_classes=3, n_features=4, seed=1)
-    assert x.shape == (30, 4) and x.dtype == np.float64 and y.dtype == np.int64
-    assert np.bincount(y).tolist() == [10, 10, 10]
-    assert np.array_equal(x, data.blobs(30, n_classes=3, n_features=4, seed=1)[0])
-
-
-@pytest.mark.parametrize("bad", [dict(n_classes=1), dict(n_samples=1), dict(noise=-1.0)])
-def test_spirals_reject_bad_arguments(bad):
-    with pytest.raises(ValueError):
-        data.spirals(**{"n_samples": 10, **bad})
-
-
-def test_to_namespace_moves_and_casts(xp):
-    x, y = data.to_namespace(*data.spirals(10), xp, dtype="float32")
-    assert x.dtype == xp.float32 and y.dtype == xp.int64
-    assert tuple(x.shape) == (10, 2) and tuple(y.shape) == (10,)
 
 
 def test_readme_examples_run_as_shown():
@@ -116,29 +28,6 @@ def test_readme_examples_run_as_shown():
         runner.run(test, clear_globs=False)
         globs = test.globs  # a DocTest works on a copy; later blocks build on earlier ones
     assert runner.summarize(verbose=False).failed == 0
-
-
-@pytest.mark.parametrize("argv, flag", [
-    (["--lr", "nan"], "--lr"),
-    (["--lr", "inf"], "--lr"),
-    (["--lr", "-1"], "--lr"),
-    (["--noise", "nan"], "--noise"),
-    (["--seed", "-1"], "--seed"),
-    (["--epochs", "0"], "--epochs"),
-    (["--epochs", "1.5"], "--epochs"),
-    (["--classes", "1"], "--classes"),
-    (["--samples", "2", "--classes", "3"], "--samples"),
-    (["--hidden", "many"], "--hidden"),
-])
-def test_a_bad_value_is_one_line_naming_the_flag_with_exit_status_2(capsys, argv, flag):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["demo", *argv])
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in captured.err
-    assert lines[0].startswith("minigrad demo: error:")
 
 
 # ----- minigrad plan ------------------------------------------------------------------------------
@@ -201,17 +90,59 @@ def test_plan_bad_value_is_one_line_naming_the_flag_with_exit_status_2(capsys, a
     assert lines[0].startswith("minigrad plan: error:")
 
 
-def test_a_diverging_demo_exits_1_with_one_line(capsys):
-    status = cli.main(["demo", "--epochs", "3", "--lr", "1e300", "--every", "1",
-                       "--samples", "20", "--hidden", "4"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 1
-    assert len(err) == 1 and "the loss became" in err[0] and "--lr 1e+300" in err[0]
-
-
 def test_sizes_too_large_for_memory_exit_2_with_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["demo", "--samples", "1000000000000"])
+        cli.main(["plan", "--sizes", "100000000,10", "--global-batch", "100000000",
+                  "--memory", "1GB"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not enough memory" in err[0]
+
+
+# ----- minigrad demo ----------------------------------------------------------------------------
+def _run(*argv, cwd=None):
+    """``python -m minigrad ARGV`` in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "minigrad", *argv], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def test_demo_says_which_runs_are_full_batch_training_and_draws_the_figure(tmp_path):
+    done = _run("demo", "--quick", "--out", str(tmp_path / "figures"))
+    assert done.returncode == 0, done.stderr
+    rows = {line[:24].strip(): line for line in done.stdout.splitlines()
+            if "full-batch training" in line or "the reference" in line}
+    assert len(rows) == 8
+    for run in ("no norm, item-weighted", "BatchNorm, exact mode", "GroupNorm, accumulated"):
+        assert "IS full-batch training" in rows[run]
+    assert "is NOT full-batch training: the textbook rule divides uneven" in \
+        rows["no norm, textbook mean"]
+    assert "is NOT full-batch training: BatchNorm normalises each micro-batch" in \
+        rows["BatchNorm, accumulated"]
+    assert "training: GroupNorm, accumulated" in done.stdout  # plain progress lines: no tty
+    png = tmp_path / "figures" / "demo.png"
+    assert f"figure: {png}" in done.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["demo", "--seed", "-1"], "--seed"),
+    (["demo", "--seed", "1.5"], "--seed"),
+    (["demo", "--out", "README.md"], "--out"),
+    (["demo", "--fast"], "--fast"),
+    (["fly"], "fly"),
+])
+def test_demo_bad_values_are_one_line_with_exit_status_2(argv, flag):
+    done = _run(*argv, cwd=README.parent)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in done.stderr
+
+
+def test_python_m_minigrad_and_the_script_behave_identically():
+    script = pathlib.Path(sys.executable).parent / "minigrad"  # installed by pip install -e
+    for argv in (["--help"], ["demo", "--help"], ["demo", "--seed", "-1"]):
+        module = _run(*argv)
+        command = subprocess.run([str(script), *argv], capture_output=True, text=True,
+                                 timeout=60)
+        assert (module.returncode, module.stdout, module.stderr) == \
+            (command.returncode, command.stdout, command.stderr)

@@ -2,7 +2,7 @@
 data that overflowed to inf or NaN is never returned, a split never leaves a set empty, and
 ``to_namespace`` neither truncates labels nor guesses at strings.
 
-Shapes, balance and determinism of the data sets are tested in test_cli.py.
+Also: shapes, balance and determinism of the data sets.
 """
 
 import numpy as np
@@ -123,3 +123,51 @@ def test_to_namespace_needs_one_label_per_sample():
 def test_to_namespace_names_an_unknown_namespace():
     with pytest.raises(ValueError, match="nonexistent_mod"):
         data.to_namespace(X, Y, xp="nonexistent_mod")
+
+
+# ----- shapes, balance and determinism -------------------------------------------------------
+@pytest.mark.parametrize("n_samples, n_classes", [(2, 2), (7, 3), (400, 2), (101, 5)])
+def test_spirals_shapes_dtypes_and_balance(n_samples, n_classes):
+    x, y = data.spirals(n_samples, n_classes)
+    assert x.shape == (n_samples, 2) and x.dtype == np.float64
+    assert y.shape == (n_samples,) and y.dtype == np.int64
+    counts = np.bincount(y, minlength=n_classes)
+    assert len(counts) == n_classes
+    assert counts.max() - counts.min() <= 1
+
+
+def test_spirals_are_determined_by_the_seed():
+    x0, y0 = data.spirals(50, 3, seed=7)
+    x1, y1 = data.spirals(50, 3, seed=7)
+    x2, _ = data.spirals(50, 3, seed=8)
+    assert np.array_equal(x0, x1) and np.array_equal(y0, y1)
+    assert not np.array_equal(x0, x2)
+
+
+def test_noiseless_spiral_points_lie_on_their_arm():
+    # Sample j of class k: radius (j + 1) / n_k, angle 2 pi (k / C + turns * r).
+    x, y = data.spirals(12, 3, noise=0.0, turns=0.25)
+    r = np.hypot(x[:, 0], x[:, 1])
+    for k in range(3):
+        assert np.allclose(np.sort(r[y == k]), [0.25, 0.5, 0.75, 1.0])
+    expected = np.exp(2j * np.pi * (y / 3 + 0.25 * r))
+    assert np.allclose((x[:, 0] + 1j * x[:, 1]) / r, expected)
+
+
+def test_blobs_shapes_and_determinism():
+    x, y = data.blobs(30, n_classes=3, n_features=4, seed=1)
+    assert x.shape == (30, 4) and x.dtype == np.float64 and y.dtype == np.int64
+    assert np.bincount(y).tolist() == [10, 10, 10]
+    assert np.array_equal(x, data.blobs(30, n_classes=3, n_features=4, seed=1)[0])
+
+
+@pytest.mark.parametrize("bad", [dict(n_classes=1), dict(n_samples=1), dict(noise=-1.0)])
+def test_spirals_reject_bad_arguments(bad):
+    with pytest.raises(ValueError):
+        data.spirals(**{"n_samples": 10, **bad})
+
+
+def test_to_namespace_moves_and_casts(xp):
+    x, y = data.to_namespace(*data.spirals(10), xp, dtype="float32")
+    assert x.dtype == xp.float32 and y.dtype == xp.int64
+    assert tuple(x.shape) == (10, 2) and tuple(y.shape) == (10,)

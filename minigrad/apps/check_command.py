@@ -1,0 +1,156 @@
+"""``minigrad check``: is my set-up accumulation-safe?
+
+``register(commands)`` adds the sub-command to the ``minigrad`` parser; ``run(args)`` trains
+the set-up full batch and accumulated (``minigrad.analysis.check``), prints the gap after
+every update against the floating-point bound and the verdict, and returns the exit status.
+"""
+
+import argparse
+import functools
+import json
+import re
+
+from minigrad.accumulate import NORMALIZE
+from minigrad.analysis import check
+from minigrad.analysis.bounds import Diverged
+from minigrad.apps.args import number, widths
+from minigrad.engine import validate
+
+DESCRIPTION = """\
+Train an MLP on seeded random data twice from the same start, full batch and accumulated
+over micro-batches (minigrad.accumulate.step), and compare the parameters after every update
+with the floating-point bound that minigrad.analysis.bounds derives. Exit status 0: accumulated
+training IS full-batch training within the bound at every update; 1: it is not (the reasons
+are printed); 2: a bad argument, or a learning rate at which full-batch training diverges."""
+
+EPILOG = """\
+examples:
+  minigrad check --sizes 64,32,10 --norm batch --micro-batch 16
+  minigrad check --sizes 64,32,10 --norm group --micro-batch 7 --ignore-fraction 0.3 \\
+      --optimizer adam --lr 0.001 --json"""
+
+# check's argument names, as flags (messages about two arguments name both)
+FLAGS = ("sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
+         "weight_decay", "clip", "global_batch", "micro_batch", "micro_batches", "normalize",
+         "batchnorm", "steps", "dtype", "seed")
+
+
+def register(commands):
+    """Add ``check`` to ``commands`` (what ``ArgumentParser.add_subparsers`` returns)."""
+    p = commands.add_parser("check", help="is accumulated training full-batch training?",
+                            description=DESCRIPTION, epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    count = functools.partial(number, int, validate.positive_int)
+    rate = functools.partial(number, float, validate.real)
+    default = " (default: %(default)s)"
+    p.add_argument("--sizes", type=widths, required=True,
+                   help="MLP widths, inputs first and classes (outputs) last, e.g. 64,32,10")
+    p.add_argument("--activation", choices=tuple(check.ACTIVATIONS), default="relu", help=default)
+    p.add_argument("--norm", choices=check.NORMS, default="none",
+                   help="normalisation after each hidden Linear" + default)
+    p.add_argument("--dropout", type=number(float, validate.probability, "--dropout"),
+                   default=0.0, help="dropout probability" + default)
+    p.add_argument("--loss", choices=check.LOSSES, default="cross-entropy", help=default)
+    p.add_argument("--ignore-fraction", default=0.0,
+                   type=number(float, validate.probability, "--ignore-fraction"),
+                   help="share of cross-entropy targets set to ignore_index -100" + default)
+    p.add_argument("--optimizer", choices=check.OPTIMIZERS, default="sgd",
+                   help="momentum is SGD with momentum 0.9" + default)
+    p.add_argument("--lr", type=rate("--lr", strict_low=True), default=0.01,
+                   help="learning rate" + default)
+    p.add_argument("--weight-decay", type=rate("--weight-decay"), default=0.0,
+                   help="L2 (sgd, momentum, adam) or decoupled (adamw)" + default)
+    p.add_argument("--clip", type=rate("--clip", strict_low=True), default=None,
+                   help="clip the accumulated gradient to this global norm (default: none)")
+    p.add_argument("--global-batch", type=count("--global-batch"), default=64,
+                   help="samples in one update" + default)
+    split = p.add_mutually_exclusive_group(required=True)
+    split.add_argument("--micro-batch", type=count("--micro-batch"),
+                       help="samples per micro-batch (the last may be smaller)")
+    split.add_argument("--micro-batches", type=count("--micro-batches"),
+                       help="number of near-equal micro-batches")
+    p.add_argument("--normalize", choices=NORMALIZE, default="items",
+                   help="items: divide once by the update's items; micro_batches: the "
+                        "textbook mean per micro-batch over their count; sum: no division"
+                        + default)
+    p.add_argument("--batchnorm", choices=check.BATCHNORM, default="micro",
+                   help="exact: BatchNorm with the global batch's statistics" + default)
+    p.add_argument("--steps", type=count("--steps"), default=20, help="updates" + default)
+    p.add_argument("--dtype", choices=check.DTYPES, default="float64", help=default)
+    p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
+                   help="seed of the data and the initial weights" + default)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run, error=p.error)
+    return p
+
+
+def run(args):
+    """Check the set-up that ``args`` describes; 0: equivalent, 1: not. A bad combination of
+    values, or a full-batch run that diverges, exits 2 through ``args.error``."""
+    options = {name: getattr(args, name) for name in FLAGS}
+    try:
+        options = check.configuration(**options)
+    except (TypeError, ValueError) as err:
+        args.error(_as_flags(str(err)))
+    try:
+        result = check.check(**options)
+    except Diverged as err:  # a set-up that cannot be trained, like sizes too large for memory
+        args.error(f"{err}, so there is nothing to compare with: lower --lr")
+    if args.json:
+        print(json.dumps(result, allow_nan=False))
+    else:
+        _print(result)
+    return 0 if result["equivalent"] else 1
+
+
+def _as_flags(message):
+    """A library message with flags for argument names: ``norm='batch'`` -> ``--norm batch``,
+    ``micro_batch`` -> ``--micro-batch``."""
+    names = "|".join(sorted(FLAGS, key=len, reverse=True))
+
+    def flag(match):
+        name, value = match[1], match[2] or match[3]
+        text = "--" + name.replace("_", "-")
+        return text if value is None else f"{text} {value}"
+
+    return re.sub(rf"(?<![\w'-])({names})(?:='([^']*)'|=([^\s,;)]+))?(?![\w'])", flag, message)
+
+
+def _print(result):
+    """The set-up, one row per update, the verdict."""
+    c = result["config"]
+    loss = c["loss"] + (f" ({c['ignore_fraction']:g} ignored)" if c["ignore_fraction"] else "")
+    rule = f"{c['optimizer']} lr={c['lr']:g}" + (f" weight_decay={c['weight_decay']:g}"
+                                                 if c["weight_decay"] else "")
+    rule += f" clip={c['clip']:g}" if c["clip"] is not None else ""
+    print(f"MLP {c['sizes']} ({c['activation']}, norm {c['norm']}, dropout {c['dropout']:g}), "
+          f"{loss}, {rule}, {c['dtype']}")
+    print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
+          f"(normalize={c['normalize']}, batchnorm={c['batchnorm']}), seed {c['seed']}")
+    print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}")
+    for row in result["updates"]:
+        print(f"{row['step']:>6}  {_number(row['max_abs']):>10}  {_number(row['bound']):>10}  "
+              f"{_number(row['ratio'], '.3g'):>10}")
+    if result["equivalent"]:
+        print(result["verdict"])
+    else:
+        print(f"{check.NOT_EQUIVALENT}:")
+        for reason in result["reasons"]:
+            print(f"  - {reason}")
+    for note in result["notes"]:
+        print(f"note: {note}")
+
+
+def _number(value, spec=".3e"):
+    return "inf" if value is None else format(value, spec)
+
+
+def _split(sizes):
+    """[7, 7, 7, 1] -> "3 x 7 + 1"."""
+    runs = []
+    for size in sizes:
+        if runs and runs[-1][0] == size:
+            runs[-1][1] += 1
+        else:
+            runs.append([size, 1])
+    return " + ".join(f"{n} x {size}" if n > 1 else f"{size}" for size, n in runs)

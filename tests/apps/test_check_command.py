@@ -1,0 +1,130 @@
+"""``minigrad check``: a table per update and the verdict, or one JSON object; exit status 0
+(equivalent), 1 (not, with the reasons) or 2 (a bad value, in one line naming the flag).
+
+Most tests parse and run in this process, through a parser built as ``minigrad``'s is;
+the last ones run ``python -m minigrad check`` itself."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS
+from minigrad.apps import check_command, cli
+
+SMALL = ["--sizes", "3,6,4", "--global-batch", "10", "--steps", "3"]
+
+
+def minigrad_check(argv):
+    """Parse ``minigrad check ARGV`` as the ``minigrad`` parser does and run it: the status."""
+    parser = cli._Parser(prog="minigrad")
+    check_command.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["check", *argv])
+    return args.run(args)
+
+
+def test_an_equivalent_set_up_exits_0_with_a_row_per_update(capsys):
+    assert minigrad_check([*SMALL, "--norm", "group", "--micro-batch", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ("global batch 10 as micro-batches 2 x 4 + 2 (normalize=items, "
+                        "batchnorm=micro), seed 0")
+    assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound"]
+    assert [line.split()[0] for line in lines[3:6]] == ["1", "2", "3"]
+    assert lines[6:] == [EQUIVALENT]
+
+
+def test_batchnorm_exits_1_with_the_reason(capsys):
+    assert minigrad_check([*SMALL, "--norm", "batch", "--micro-batches", "2"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [f"{NOT_EQUIVALENT}:", f"  - {REASONS['batchnorm']}"]
+    assert all(float(line.split()[-1]) > 1 for line in lines[3:6])  # gap / bound
+
+
+def test_json_is_one_object(capsys):
+    argv = [*SMALL, "--micro-batch", "4", "--normalize", "micro_batches", "--json"]
+    assert minigrad_check(argv) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["sizes"] == [4, 4, 2] and len(result["updates"]) == 3
+    assert result["reasons"] == [REASONS["uneven"]] and result["equivalent"] is False
+
+
+M4 = ["--micro-batch", "4"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sizes", "3,0,4", *M4], "argument --sizes: sizes[1] must be a positive int, got 0"),
+    (["--sizes", "3;4", *M4], "argument --sizes: expected comma-separated integers"),
+    (["--sizes", "3", *M4], "argument --sizes: expected at least 2 widths"),
+    (["--micro-batch", "0"], "argument --micro-batch: must be a positive int, got 0"),
+    (["--global-batch", "-4", *M4], "argument --global-batch: must be a positive int, got -4"),
+    (["--micro-batch", "11"], "--micro-batch must be at most --global-batch 10, got 11"),
+    (["--micro-batches", "12"], "--micro-batches must be at most --global-batch 10, got 12"),
+    (["--micro-batch", "2", "--micro-batches", "5"],
+     "argument --micro-batches: not allowed with argument --micro-batch"),
+    ([], "one of the arguments --micro-batch --micro-batches is required"),
+    (["--optimizer", "rmsprop", *M4], "argument --optimizer: invalid choice: 'rmsprop' "
+                                      "(choose from 'sgd', 'momentum', 'adam', 'adamw')"),
+    (["--norm", "instance", *M4], "argument --norm: invalid choice: 'instance'"),
+    (["--loss", "nll", *M4], "argument --loss: invalid choice: 'nll'"),
+    (["--activation", "elu", *M4], "argument --activation: invalid choice: 'elu'"),
+    (["--lr", "nan", *M4], "argument --lr: must be a finite number with --lr > 0, got nan"),
+    (["--lr", "inf", *M4], "argument --lr: must be a finite number with --lr > 0, got inf"),
+    (["--weight-decay", "-1", *M4], "argument --weight-decay: must be a finite number with "
+                                    "--weight-decay >= 0, got -1.0"),
+    (["--clip", "nan", *M4], "argument --clip: must be a finite number with --clip > 0, "
+                             "got nan"),
+    (["--dropout", "1.5", *M4], "argument --dropout: must be a finite number with "
+                                "0 <= --dropout <= 1, got 1.5"),
+    (["--ignore-fraction", "-0.1", *M4], "argument --ignore-fraction: must be a finite "
+                                         "number with 0 <= --ignore-fraction <= 1, got -0.1"),
+    (["--steps", "x", *M4], "argument --steps: expected an integer, got 'x'"),
+    (["--loss", "mse", "--ignore-fraction", "0.2", *M4],
+     "--ignore-fraction must be 0 with --loss mse (MSE has no ignored targets), got 0.2"),
+    (["--batchnorm", "exact", "--normalize", "sum", *M4],
+     "--batchnorm exact needs --normalize items, got --normalize sum"),
+    (["--norm", "batch", "--micro-batch", "3"],
+     "--norm batch with --batchnorm micro needs at least 2 samples in every micro-batch, but "
+     "--micro-batch 3 splits --global-batch 10 into micro-batches as small as 1; choose "
+     "another split or --batchnorm exact"),
+    (["--lr", "1e300", *M4], "the full-batch run stopped at update 2: loss of a micro-batch "
+                             "is nan, so there is nothing to compare with: lower --lr"),
+])
+def test_a_bad_value_is_one_line_naming_the_flag_and_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        minigrad_check(["--sizes", "3,6,4", "--global-batch", "10", *argv])
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and out == ""
+    assert err.startswith(f"minigrad check: error: {message}")
+    assert err.endswith(" (see minigrad check --help)\n") and err.count("\n") == 1
+
+
+def test_help_shows_an_example(capsys):
+    with pytest.raises(SystemExit) as info:
+        minigrad_check(["--help"])
+    assert info.value.code == 0
+    assert "  minigrad check --sizes 64,32,10 --norm batch --micro-batch 16" in \
+        capsys.readouterr().out
+
+
+# ----- python -m minigrad check ------------------------------------------------------------
+
+def run(*argv):
+    env = dict(os.environ, PYTHONWARNINGS="error")  # no warning may reach the user
+    return subprocess.run([sys.executable, "-m", "minigrad", "check", *argv],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("norm, status", [("group", 0), ("batch", 1)])
+def test_the_command_exits_0_or_1(norm, status):
+    done = run(*SMALL, "--norm", norm, "--micro-batch", "5", "--json")
+    assert (done.returncode, done.stderr) == (status, "")
+    assert json.loads(done.stdout)["equivalent"] is (status == 0)
+
+
+def test_the_command_exits_2_in_one_line():
+    done = run("--sizes", "3,4", "--micro-batch", "7", "--global-batch", "4")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("minigrad check: error: --micro-batch must be at most "
+                           "--global-batch 4, got 7 (see minigrad check --help)\n")
