@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-long lint bench clean
+.PHONY: demo test test-long lint bench readme clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,16 @@ demo: $(STAMP)
 	$(PY) -m minigrad demo --out build
 
 test: $(STAMP)
-	$(PY) -m ruff check minigrad tests benchmarks
+	$(PY) -m ruff check minigrad tests benchmarks scripts
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 # The long hypothesis profile: many more examples per property (see tests/conftest.py).
 test-long: $(STAMP)
 	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q
+
+readme: $(STAMP)
+	$(PY) scripts/update_readme.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/train_step.py

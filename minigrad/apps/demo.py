@@ -135,12 +135,12 @@ def main(args, bound=None):
                "accuracy": eval_accuracy(run["model"], x_test, y_test),
                "seconds": run["seconds"], "peak": peak(run, options, *data[-1])}
         if options is None:
-            row.update(gap=None, ulp=None, verdict="the reference (full batch)")
+            row.update(gap=None, ulp=None, verdict="the reference")
         else:
             abs_gap, ulp_gap, within = gaps(run, reference, limits[norm])
             row.update(gap=max(abs_gap), ulp=max(ulp_gap), abs_gaps=abs_gap,
-                       verdict=("IS full-batch training (gap within the rounding bound)"
-                                if within else f"is NOT full-batch training: "
+                       verdict=("IS full-batch training (within the bound)" if within else
+                                f"NOT full-batch training: "
                                 f"{REASONS.get(label, 'the gap exceeds the rounding bound')}"))
         rows.append(row)
     print_table(rows, updates)
@@ -166,9 +166,9 @@ def trajectory_bound(norm, data, seed, progress):
 
 def print_table(rows, updates):
     print(f"\nDigits, MLP [64, {HIDDEN}, 10], SGD(lr={LR}, momentum={MOMENTUM}), {updates} "
-          f"updates of a global batch of {GLOBAL_BATCH} (micro-batches {SPLIT}):\n")
-    print("max gap: the largest |theta - theta_full| over every parameter and update; ulps: "
-          "that gap in units in the last place of the largest parameter.\n")
+          f"updates of a global batch of {GLOBAL_BATCH},\naccumulated over micro-batches of "
+          f"{SPLIT}.\nmax gap: the largest |theta - theta_full| over every parameter and "
+          "update;\nulps: that gap in units in the last place of the largest parameter.\n")
     head = (f"{'run':<24} {'loss':>7} {'test acc':>8} {'max gap':>9} {'ulps':>9} "
             f"{'ms/update':>9} {'peak MiB':>8}  verdict")
     print(head)
