@@ -77,7 +77,7 @@ def one_update_bound(make, loss, x, y, start, grad):
 
     Exact accumulation and full batch compute the same function with differently grouped
     sums (Chan's merge of micro-batch moments, micro-batch sums of A and B, partial weight
-    products added): the situation of ``gradient_bound`` (tests/analysis/test_equivalence.py), with
+    products added): the situation of ``gradient_bound`` (minigrad.analysis.bounds), with
     the four batch sums of every BatchNorm counted in m_item and kappa for the division by
     sigma. Each run also rounds theta - g once, and recovering g = start - theta rounds
     again: <= u |start - g| + u |g| per run, 2 gamma_2 (|start| + 2 |g|) for both.

@@ -122,7 +122,7 @@ def test_running_stat_drift(xp):
 @pytest.mark.parametrize("norm, mode", [("group", "train"), ("layer", "train"),
                                         ("batch", "eval"), (None, "train")])
 def test_gradient_divergence_within_rounding(xp, norm, mode):
-    """Every entry within ``gradient_bound`` (tests/bounds.py derives it):
+    """Every entry within ``gradient_bound`` (minigrad.analysis.bounds derives it):
     2 gamma_{N+1} S + 2 gamma_{m_item} kappa S_norm.
 
     Without batch coupling both runs compute g = (1/N) sum_i a_i, but not from the same a_i:

@@ -6,7 +6,7 @@ float64, with different operations (autograd composes log-softmax, the normalisa
 the derivative rules differently), different groupings of the sums over the batch and
 different matrix-product kernels. That is exactly the situation of accumulated against
 full-batch training, so the tolerance is the same derived bound, ``gradient_bound`` from
-``test_equivalence`` (its docstring derives it):
+``minigrad.analysis.bounds`` (its docstring derives it):
 
     |g_minigrad - g_autograd| <= 2 gamma_{N+1} S + 2 gamma_{m_item} kappa S_norm
 
