@@ -3,8 +3,8 @@ micro-batches, accumulated gradients and K-step training trajectories equal the 
 ones within a derived rounding bound; and the report's metrics, by hand.
 
 The gradient bound and the trajectory bound are derived in ``minigrad.analysis.bounds``
-(``tests/equivalence_checks.py`` replays them). Dropout, and what breaks the contract and by how much:
-test_counterexamples.py.
+(``tests/equivalence_checks.py`` replays them). Dropout, and what breaks the contract and
+by how much: test_counterexamples.py.
 """
 
 import numpy as np
