@@ -123,7 +123,8 @@ def build_parser():
     p.set_defaults(run=demo, error=p.error)
     count = functools.partial(number, int, validate.positive_int)
     p = commands.add_parser("plan", help="the largest micro-batch whose update fits a budget",
-                            description=plan.__doc__)
+                            description=plan.__doc__, epilog="example: minigrad plan --sizes "
+                            "784,1024,1024,10 --global-batch 4096 --memory 256MB")
     p.add_argument("--sizes", type=widths, required=True,
                    help="MLP widths, inputs first and classes last, e.g. 784,1024,1024,10")
     p.add_argument("--global-batch", type=count("--global-batch"), required=True,

@@ -5,6 +5,7 @@ shows is what the code does)."""
 import doctest
 import json
 import math
+import os
 import pathlib
 import re
 import subprocess
@@ -165,3 +166,40 @@ def test_python_m_minigrad_and_the_script_behave_identically():
                                  timeout=60)
         assert (module.returncode, module.stdout, module.stderr) == \
             (command.returncode, command.stdout, command.stderr)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal via pty")
+def test_demo_shows_a_progress_bar_on_a_terminal():
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a 120-column terminal (tqdm draws nothing at width 0)
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.chdir(README.parent)
+        os.execv(sys.executable, [sys.executable, "-m", "minigrad", "demo", "--quick",
+                                  "--out", "build"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text[-2000:]
+    bars = [part for part in text.split("\r") if "%|" in part and "update/s" in part]
+    assert len(bars) > 3 and "rounding bounds" in bars[-1]
+    assert "\ntraining: " not in text  # plain lines only when the output is not a terminal
+
+
+def test_plan_runs_as_a_command_with_an_example_in_its_help():
+    done = _run(*PLAN, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["micro_batch_size"] >= 1
+    assert "example: minigrad plan --sizes" in _run("plan", "--help").stdout
