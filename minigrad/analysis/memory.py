@@ -82,6 +82,18 @@ def check_numpy(*values):
                     f"{name} array; measuring CuPy's allocator is future work")
 
 
+def check_update(model, optimizer, x, y):
+    """``(x, y)`` checked for measuring an update of ``model`` by ``optimizer`` (NumPy)."""
+    x, y = as_batch(x, y)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if optimizer is None:
+        raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None")
+    check_optimizer(optimizer, model.parameters())
+    check_numpy(model, x, y)
+    return x, y
+
+
 def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
                   num_micro_batches=None, sizes=None, normalize="items", batchnorm="micro"):
     """The peak extra memory of ONE ``accumulate.step(model, loss_fn, optimizer, x, y, ...)``.
@@ -100,13 +112,7 @@ def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
     >>> report["parameters"], report["optimizer_state"]  # 58 float64; Adam's m and v
     (464, 928)
     """
-    x, y = as_batch(x, y)
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if optimizer is None:
-        raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None")
-    check_optimizer(optimizer, model.parameters())
-    check_numpy(model, x, y)
+    x, y = check_update(model, optimizer, x, y)
     # Modules (array namespaces, update rules) are code: shared by the copy, not copied.
     holders = (*model.parameters(), *(m for _, m in model.named_modules()), optimizer)
     shared = {id(v): v for obj in holders for v in vars(obj).values()

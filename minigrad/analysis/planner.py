@@ -18,10 +18,8 @@ import math
 import re
 from fractions import Fraction
 
-from minigrad import nn
 from minigrad.accumulate import split_sizes
-from minigrad.accumulate.guard import as_batch, check_optimizer
-from minigrad.analysis.memory import check_numpy, update_memory
+from minigrad.analysis.memory import check_update, update_memory
 from minigrad.engine import validate
 
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
@@ -91,7 +89,7 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes):
     fits.
 
     >>> import numpy as np
-    >>> from minigrad import optim
+    >>> from minigrad import nn, optim
     >>> model = nn.MLP([8, 512, 4], seed=0)
     >>> opt = optim.SGD(model.parameters(), lr=0.1)
     >>> x, y = np.zeros((64, 8)), np.arange(64) % 4
@@ -99,14 +97,8 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes):
     >>> 1 <= choice["micro_batch_size"] < 64, choice["measured_peak"] <= 500_000
     (True, True)
     """
-    x, y = as_batch(x, y)
+    x, y = check_update(model, optimizer, x, y)
     budget = validate.positive_int("budget_bytes", budget_bytes)
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if optimizer is None:
-        raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None")
-    check_optimizer(optimizer, model.parameters())
-    check_numpy(model, x, y)
     n = x.shape[0]
     peaks = {}
 
