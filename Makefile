@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-long lint bench readme clean
+.PHONY: demo test test-long lint bench bench-quick readme clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,11 @@ readme: $(STAMP)
 	$(PY) scripts/update_readme.py
 
 bench: $(STAMP)
-	$(PY) benchmarks/train_step.py
+	$(PY) benchmarks/run.py --dtypes float32,float64 --wait-idle 600 --json benchmarks/results.json --docs docs/benchmarks.md
 	$(PY) benchmarks/exact_batchnorm.py
+
+bench-quick: $(STAMP)
+	$(PY) benchmarks/run.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -10,10 +10,7 @@ timed alternately (so drift in the machine's speed hits both alike) after a warm
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -21,6 +18,8 @@ import numpy as np
 from minigrad import nn
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
+
+from common import environment
 
 SIZES = (784, 1024, 1024, 10)
 TARGET = 1.3  # minigrad's best time should stay within this factor of hand-written NumPy's
@@ -104,22 +103,6 @@ def time_steps(steps, repeats, warmup):
     return times
 
 
-def environment():
-    from threadpoolctl import threadpool_info
-
-    pools = threadpool_info()
-    return {
-        "numpy": np.__version__,
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        # Other processes on the cores slow a spin-waiting BLAS pool far more than their share.
-        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
-        "threadpools": pools,
-    }
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4096, help="batch size (default: 4096)")
@@ -151,7 +134,7 @@ def main(argv=None):
     for pool in env["threadpools"]:
         print(f"{pool['user_api']}: {pool['internal_api']} {pool.get('version')}, "
               f"kernel {pool.get('architecture')}, {pool['num_threads']} threads "
-              f"({os.path.basename(pool['filepath'])})")
+              f"({pool['library']})")
     print(f"same loss and gradients: loss {check['loss_minigrad']:.6f} vs "
           f"{check['loss_numpy']:.6f}, largest gradient difference "
           f"{check['max_grad_diff_rel']:.1e} of the gradient's scale "

@@ -1,0 +1,304 @@
+"""Tables, speed targets, the plot and the docs page, all from one run's results.
+
+``results[shape][dtype][name]`` holds ``{"rounds_ms": [...], "inner": k, "median_ms": t,
+"device": "cpu" | "gpu"}`` for each implementation and GEMM floor that was timed.
+"""
+
+import os
+
+from common import SHAPES, blas_line
+
+# Per device: the hand-written step, PyTorch eager and the GEMM floor (ratios divide by these).
+BASELINES = {
+    "cpu": {"hand": "numpy", "torch": "torch", "gemm": "gemm"},
+    "gpu": {"hand": "cupy", "torch": "torch-cuda", "gemm": ("gemm-cupy", "gemm-torch-cuda")},
+}
+
+# The speed targets of issue 10, float32: (label, (shape, name), (shape, name), limit,
+# strict). Met when time(first) / time(second) <= limit (< limit when strict).
+TARGETS = [
+    ("CPU LARGE: minigrad <= 1.10x hand-written NumPy", ("large", "minigrad"),
+     ("large", "numpy"), 1.10, False),
+    ("CPU LARGE: minigrad <= 1.0x PyTorch eager", ("large", "minigrad"), ("large", "torch"),
+     1.0, False),
+    ("CPU SMALL: minigrad <= 1.5x hand-written NumPy", ("small", "minigrad"),
+     ("small", "numpy"), 1.5, False),
+    ("CPU SMALL: minigrad faster than PyTorch eager", ("small", "minigrad"),
+     ("small", "torch"), 1.0, True),
+    ("CPU SMALL: minigrad faster than HIPS autograd", ("small", "minigrad"),
+     ("small", "autograd"), 1.0, True),
+    ("ACCUM 8x512 <= 1.10x one LARGE step (minigrad)", ("accum", "minigrad"),
+     ("large", "minigrad"), 1.10, False),
+    ("GPU XL: minigrad on CuPy <= 1.10x PyTorch CUDA eager", ("xl", "minigrad-cupy"),
+     ("xl", "torch-cuda"), 1.10, False),
+    ("GPU LARGE: minigrad on CuPy <= 2x PyTorch CUDA eager", ("large", "minigrad-cupy"),
+     ("large", "torch-cuda"), 2.0, False),
+]
+
+
+def baseline(timed, device, role):
+    names = BASELINES[device][role]
+    for name in (names,) if isinstance(names, str) else names:
+        if name in timed:
+            return timed[name]["median_ms"]
+    return None
+
+
+def summary(results):
+    """One row per (shape, dtype, implementation): ms and the ratios to the baselines."""
+    rows = []
+    for shape, by_dtype in results.items():
+        for dtype, timed in by_dtype.items():
+            for name, t in timed.items():
+                row = {"shape": shape, "dtype": dtype, "name": name, "device": t["device"],
+                       "ms": t["median_ms"], "spread": t["spread"], "kernel_ms": t["kernel_ms"],
+                       "rounds": len(t["rounds_ms"]), "gflops": t.get("gflops")}
+                for role in ("hand", "torch", "gemm"):
+                    base = baseline(timed, t["device"], role)
+                    row[f"over_{role}"] = None if base is None else t["median_ms"] / base
+                accum, large = by_dtype_of(results, "accum", dtype), by_dtype_of(
+                    results, "large", dtype)
+                if shape == "accum" and name in large:
+                    row["accum_over_large"] = accum[name]["median_ms"] / large[name]["median_ms"]
+                rows.append(row)
+    return rows
+
+
+def by_dtype_of(results, shape, dtype):
+    return results.get(shape, {}).get(dtype, {})
+
+
+def targets(results):
+    """Each float32 target with its measured ratio and verdict; GPU targets only when a
+    GPU implementation ran."""
+    gpu_ran = any(t["device"] == "gpu" for by_dtype in results.values()
+                  for timed in by_dtype.values() for t in timed.values())
+    out = []
+    for label, (s1, n1), (s2, n2), limit, strict in TARGETS:
+        if label.startswith("GPU") and not gpu_ran:
+            continue
+        a = by_dtype_of(results, s1, "float32").get(n1)
+        b = by_dtype_of(results, s2, "float32").get(n2)
+        if a is None or b is None:
+            out.append({"target": label, "ratio": None, "verdict": "not measured"})
+            continue
+        ratio = a["median_ms"] / b["median_ms"]
+        met = ratio < limit if strict else ratio <= limit
+        out.append({"target": label, "ratio": ratio, "limit": limit,
+                    "verdict": "met" if met else "NOT met"})
+    return out
+
+
+def _ratio(x):
+    return "" if x is None else f"{x:.2f}x"
+
+
+def _ms(x):
+    """Milliseconds to 3 significant digits, without exponents."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def timing_table(rows, dtype):
+    """Markdown: per shape, ms per step and the ratios, for one dtype."""
+    lines = ["| shape | implementation | ms / step | spread | kernel ms | / hand-written | "
+             "/ PyTorch | / GEMM floor |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if row["dtype"] != dtype:
+            continue
+        shape = SHAPES[row["shape"]]
+        name = row["name"] if row["gflops"] is None else \
+            f"{row['name']} floor ({row['gflops']:.0f} GFLOP/s)"
+        lines.append(f"| {row['shape'].upper()} ({shape.describe()}) | {name} | "
+                     f"{_ms(row['ms'])} | {row['spread']:.0%} | {_ms(row['kernel_ms'])} | "
+                     f"{_ratio(row['over_hand'])} | "
+                     f"{_ratio(row['over_torch'])} | {_ratio(row['over_gemm'])} |")
+    return "\n".join(lines)
+
+
+def accum_table(rows):
+    lines = ["| dtype | implementation | ACCUM ms | ACCUM / LARGE |", "|---|---|---:|---:|"]
+    for row in rows:
+        if "accum_over_large" in row:
+            lines.append(f"| {row['dtype']} | {row['name']} | {_ms(row['ms'])} | "
+                         f"{row['accum_over_large']:.2f}x |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def targets_table(found):
+    lines = ["| target (float32) | measured ratio | verdict |", "|---|---:|---|"]
+    for t in found:
+        lines.append(f"| {t['target']} | {_ratio(t['ratio'])} | {t['verdict']} |")
+    return "\n".join(lines)
+
+
+def checks_table(checks):
+    lines = ["| shape | dtype | implementation | gradient gap | bound | gap to float64 | "
+             "parameters: rounding used | steps of the other sign |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for c in checks:
+        ref = "" if c["grad_gap_float64"] is None else f"{c['grad_gap_float64']:.1e}"
+        lines.append(f"| {c['shape'].upper()} | {c['dtype']} | {c['name']} | "
+                     f"{c['grad_gap']:.1e} | {c['grad_tol']:.1e} | {ref} | "
+                     f"{c['param_rounding_used']:.2f} | {c['sign_flips']} |")
+    return "\n".join(lines)
+
+
+DISTURBED = 0.1  # cores used by other processes, on average, above which we warn
+
+
+def disturbed(others):
+    """``[(shape, dtype, cores), ...]`` where other processes used more than DISTURBED."""
+    return [(shape, dtype, o["other_cores"]) for shape, by_dtype in others.items()
+            for dtype, o in by_dtype.items() if o is not None and o["other_cores"] > DISTURBED]
+
+
+def interference_table(others):
+    lines = ["| shape | dtype | kept rounds took | other processes used | rounds dropped |",
+             "|---|---|---:|---:|---:|"]
+    for shape, by_dtype in others.items():
+        for dtype, o in by_dtype.items():
+            if o is not None:
+                lines.append(f"| {shape.upper()} | {dtype} | {o['seconds']:.0f} s | "
+                             f"{o['other_cores']:.2f} cores | {o['dropped']} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def machine_line(env, gpu=None):
+    """The machine in one line, without its host name."""
+    line = (f"{env['cpu']}, {env['cores']} cores, {blas_line(env)}; Python {env['python']}, "
+            f"NumPy {env['numpy']}")
+    return line + (f"; GPU {gpu}" if gpu else "")
+
+
+def plot(results, path, env, settings):
+    """Grouped bars (log scale): ms per step of each implementation per shape, one panel
+    per dtype, the GEMM floor hatched."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dtypes = sorted({d for by_dtype in results.values() for d in by_dtype})
+    names = []
+    for by_dtype in results.values():
+        for timed in by_dtype.values():
+            names += [n for n in timed if n not in names]
+    colors = dict(zip(names, plt.cm.tab10.colors))
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 5), squeeze=False)
+    for ax, dtype in zip(axes[0], dtypes):
+        shapes = [s for s in results if dtype in results[s]]
+        width = 0.8 / max(len(names), 1)
+        for i, name in enumerate(names):
+            xs, ys = [], []
+            for j, shape in enumerate(shapes):
+                if name in results[shape][dtype]:
+                    xs.append(j - 0.4 + (i + 0.5) * width)
+                    ys.append(results[shape][dtype][name]["median_ms"])
+            if xs:
+                floor = name.startswith("gemm")
+                label = f"GEMM floor ({name})" if floor else name
+                bars = ax.bar(xs, ys, width, label=label,
+                              color="0.8" if floor else colors[name],
+                              hatch="//" if floor else None, edgecolor="0.3", linewidth=0.5)
+                ax.bar_label(bars, labels=[_ms(y) for y in ys], fontsize=6, rotation=90,
+                             padding=2)
+        ax.set_yscale("log")
+        low = min(t["median_ms"] for s in shapes for t in results[s][dtype].values())
+        high = max(t["median_ms"] for s in shapes for t in results[s][dtype].values())
+        ax.set_ylim(low / 3, high * 4)
+        ax.set_xticks(range(len(shapes)))
+        ax.set_xticklabels([f"{s.upper()}\n" + SHAPES[s].describe().replace(", ", "\n")
+                            for s in shapes], fontsize=8)
+        ax.set_ylabel("ms per step (median; log scale)")
+        ax.set_title(dtype)
+        ax.grid(axis="y", which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("One training step (forward, cross-entropy, backward, Adam): "
+                 f"median of interleaved rounds\n{machine_line(env, settings.get('gpu'))}",
+                 fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def docs_page(rows, found, checks, others, env, settings, image):
+    """The markdown page: what was run, on what, the checks, the times, the targets."""
+    dtypes = sorted({r["dtype"] for r in rows})
+    gpu = settings.get("gpu")
+    parts = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by benchmarks/run.py from one run; edit the script, not this page. -->",
+        "",
+        "One training step of a ReLU MLP (forward, mean cross-entropy, backward, one Adam "
+        "update with lr 1e-3, betas (0.9, 0.999), eps 1e-8), on identical data and initial "
+        "weights, through each implementation that this machine runs. "
+        "`benchmarks/README.md` describes the implementations, the agreement check and the "
+        "targets.",
+        "",
+        "Regenerate this page (and its plot) with:",
+        "",
+        "```sh",
+        settings["command"],
+        "```",
+        "",
+        "## Machine",
+        "",
+        f"- date: {env['date']}",
+        f"- CPU: {env['cpu']} ({env['cores']} cores available, {env['machine']}, "
+        f"{env['system']})",
+        f"- BLAS: {blas_line(env)}; OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}",
+        f"- GPU: {gpu or 'none'}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in settings["versions"].items()),
+        f"- load average before the run: {env['load_average_1min']:.2f}"
+        if env["load_average_1min"] is not None else "- load average: unknown",
+    ]
+    if settings["skipped"]:
+        parts += ["- not run here: " + "; ".join(f"{k} ({v})"
+                                                 for k, v in settings["skipped"].items())]
+    parts += [
+        "",
+        "## Agreement, checked before timing",
+        "",
+        "Each implementation's gradients against minigrad's (norm-wise relative gap, and the "
+        "bound 2 P K_max u derived in `benchmarks/check.py`), the gap of its float32 "
+        "gradients to a float64 computation of the same step, and its parameters after one "
+        "Adam step: the largest gap to minigrad's beyond what the two gradients' difference "
+        "explains, as a fraction of the rounding allowed (at most 1; negative: less than "
+        "the gradients explain), with the count of entries whose first step has the other "
+        "sign.",
+        "",
+        checks_table(checks),
+        "",
+        "## Time per step",
+        "",
+        f"Median over interleaved rounds ({settings['rounds_text']}; {settings['warmup']} "
+        f"warm-up rounds; {settings['pause']} s pause before each measurement). The spread "
+        "is the interquartile range of the rounds over their median; kernel ms is the "
+        "system time per step (median), where page faults on freshly allocated memory show: "
+        "the hand-written step allocates nothing. Ratios divide by the "
+        "hand-written step, by PyTorch eager and by the GEMM floor (the step's matrix "
+        "products alone, as plain matmuls) on the same device.",
+        "",
+    ]
+    for dtype in dtypes:
+        parts += [f"### {dtype}", "", timing_table(rows, dtype), ""]
+    accum = accum_table(rows)
+    if accum:
+        parts += ["### One update from 8 micro-batches of 512 against one batch of 4096", "",
+                  accum, ""]
+    for shape, dtype, cores in disturbed(others):
+        parts += [f"**Disturbed:** other processes used {cores:.2f} cores on average while "
+                  f"{shape.upper()} {dtype} was timed; those times are not this machine's "
+                  "own.", ""]
+    busy = interference_table(others)
+    if busy:
+        parts += ["### What else ran", "",
+                  "CPU time that other processes used (and the hypervisor took) while each "
+                  "shape was timed, from /proc/stat less this process's own, averaged over the "
+                  "kept rounds: anything well above 0 slowed the measurements down. With "
+                  "`--wait-idle`, a round during which others used more than 0.1 core was "
+                  "dropped and run again once the machine was quiet.", "", busy, ""]
+    parts += ["## Targets", "", targets_table(found), "", f"![ms per step]({image})", ""]
+    return "\n".join(parts)

@@ -1,0 +1,62 @@
+"""The GEMM floor: the step's matrix products alone, as plain matmuls of the same shapes.
+
+Per micro-batch of m samples and layer l (in -> out), in the hand-written step's layouts:
+forward (m, in) @ W.T, grad-weight dz.T @ (m, in), and grad-input dz @ W (m, in), except
+for the first layer, whose input needs no gradient. No step can take less time than
+these products on the same library (everything else it does comes on top).
+"""
+
+import numpy as np
+
+
+class GemmFloor:
+    name = "gemm"
+    device = "cpu"
+
+    def __init__(self, problem, library="numpy"):
+        self.library = library
+        if library == "torch-cuda":
+            import torch
+
+            def put(a):
+                return torch.from_numpy(a).to("cuda")
+
+            self.sync = torch.cuda.synchronize
+            self.matmul = torch.matmul
+        else:
+            xp = np if library == "numpy" else __import__(library)
+            put = xp.asarray
+            self.sync = None if xp is np else xp.cuda.get_current_stream().synchronize
+            self.matmul = xp.matmul
+        shape = problem.shape
+        m = shape.micro_batch or shape.batch
+        rng = np.random.default_rng(1)
+        dtype = problem.x.dtype
+
+        def array(*dims):
+            return put(rng.standard_normal(dims).astype(dtype))
+
+        self.products = []
+        for layer, (n_in, n_out) in enumerate(zip(shape.sizes[:-1], shape.sizes[1:])):
+            a, w, dz = array(m, n_in), array(n_out, n_in), array(m, n_out)
+            self.products.append((a, w.T, array(m, n_out)))        # forward
+            self.products.append((dz.T, a, array(n_out, n_in)))    # grad-weight
+            if layer > 0:
+                self.products.append((dz, w, array(m, n_in)))      # grad-input
+        self.repeats = len(shape.micro_batches)
+        if library != "numpy":
+            self.name, self.device = f"gemm-{library}", "gpu"
+
+    def step(self):
+        for _ in range(self.repeats):
+            for a, b, out in self.products:
+                self.matmul(a, b, out=out)
+        if self.sync is not None:
+            self.sync()
+
+    def flops(self):
+        """Floating-point operations per step: 2 m n k per product."""
+        total = 0
+        for a, b, _ in self.products:
+            total += 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        return total * self.repeats

@@ -1,0 +1,73 @@
+"""minigrad's step, as a user writes it.
+
+One batch: ``opt.zero_grad()``, ``loss_fn(model(x), y).backward()``, ``opt.step()``, with
+``nn.MLP(sizes, dtype=...)``, ``nn.CrossEntropyLoss()`` and ``optim.Adam``. With
+micro-batches: ``accumulate.step(model, loss_fn, opt, x, y, micro_batch_size=...)``, one
+update from the whole batch.
+"""
+
+import numpy as np
+
+from minigrad import accumulate, nn, optim
+from minigrad.engine import Tensor, backend
+
+from common import ADAM
+
+
+class RecordingAdam(optim.Adam):
+    """``optim.Adam`` that keeps references to the gradients of its last update (for the
+    agreement check: ``accumulate.step`` drops them after the update). Costs one list."""
+
+    def step(self):
+        self.seen = [p.grad for p in self.params]
+        super().step()
+
+
+class MinigradStep:
+    name = "minigrad"
+    device = "cpu"
+
+    def __init__(self, problem, xp=None, device=None):
+        shape = problem.shape
+        self.model = nn.MLP(list(shape.sizes), dtype=problem.dtype, seed=0, xp=xp,
+                            device=device)
+        self.model.load_state_dict(dict(zip(problem.names, problem.weights)))
+        self.xp = backend.resolve_namespace(xp)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.opt = RecordingAdam(self.model.parameters(), **ADAM)
+        self.x = backend.as_array(problem.x, xp=self.xp, device=device)
+        self.y = backend.as_array(problem.y, xp=self.xp, device=device)
+        self.x_tensor = Tensor(self.x)
+        self.micro_batch = shape.micro_batch
+        self.sync = None
+
+    @classmethod
+    def on_cupy(cls, problem):
+        import cupy
+
+        step = cls(problem, xp="cupy")
+        step.name, step.device = "minigrad-cupy", "gpu"
+        step.sync = cupy.cuda.get_current_stream().synchronize
+        return step
+
+    def step(self):
+        if self.micro_batch is None:
+            self.opt.zero_grad()
+            loss = self.loss_fn(self.model(self.x_tensor), self.y)
+            loss.backward()
+            self.opt.step()
+        else:
+            accumulate.step(self.model, self.loss_fn, self.opt, self.x, self.y,
+                            micro_batch_size=self.micro_batch)
+        if self.sync is not None:
+            self.sync()
+
+    def gradients(self):
+        return [_numpy(g) for g in self.opt.seen]
+
+    def parameters(self):
+        return [_numpy(p.data) for p in self.model.parameters()]
+
+
+def _numpy(a):
+    return np.array(backend.to_numpy(a), copy=True)

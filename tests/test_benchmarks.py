@@ -1,0 +1,24 @@
+"""The benchmark suite runs: every implementation agrees with minigrad before it is timed
+(``benchmarks/check.py`` derives the tolerance) and the report names each speed target.
+
+This is a smoke test of the suite, not a timing: speed is measured by ``make bench``, whose
+latest run is docs/benchmarks.md.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_benchmark_suite_checks_agreement_and_reports_the_targets(tmp_path):
+    out = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, "benchmarks/run.py", "--quick", "--shapes", "small",
+                           "--rounds", "1", "--warmup", "1", "--json", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "CPU SMALL: minigrad <= 1.5x hand-written NumPy" in done.stdout
+    results = json.loads(out.read_text())
+    assert results  # raw rounds and the summary were written
