@@ -116,11 +116,24 @@ def run(*argv):
                           capture_output=True, text=True, timeout=120, env=env)
 
 
-@pytest.mark.parametrize("norm, status", [("group", 0), ("batch", 1)])
-def test_the_command_exits_0_or_1(norm, status):
-    done = run(*SMALL, "--norm", norm, "--micro-batch", "5", "--json")
+@pytest.mark.parametrize("extra, status, reason", [
+    (["--norm", "group"], 0, None),
+    (["--norm", "layer", "--optimizer", "adam", "--lr", "0.001"], 0, None),
+    (["--norm", "none", "--ignore-fraction", "0.3"], 0, None),
+    (["--norm", "batch"], 1, "BatchNorm normalises each micro-batch"),
+    (["--norm", "batch", "--batchnorm", "exact"], 0, None),
+    (["--normalize", "micro_batches"], 1, "divides uneven micro-batches by their count"),
+    # an even split 5, 5, but 3 ignored targets: the halves keep different numbers of items
+    (["--normalize", "micro_batches", "--micro-batch", "5", "--ignore-fraction", "0.3"], 1,
+     "kept targets"),
+])
+def test_the_command_exits_0_or_1(extra, status, reason):
+    # --micro-batch 4 splits the global batch of 10 unevenly: 4, 4, 2
+    done = run(*SMALL, "--micro-batch", "4", *extra, "--json")
     assert (done.returncode, done.stderr) == (status, "")
-    assert json.loads(done.stdout)["equivalent"] is (status == 0)
+    report = json.loads(done.stdout)
+    assert report["equivalent"] is (status == 0)
+    assert reason is None or any(reason in r for r in report["reasons"])
 
 
 def test_the_command_exits_2_in_one_line():
