@@ -18,6 +18,8 @@ from minigrad.optim import clip_grad_norm_
 
 NORMALIZE = ("items", "micro_batches", "sum")
 ON_NONFINITE = ("raise", "skip")
+NO_ITEMS = ("the window holds no items (every target is ignore_index), so its mean gradient "
+            "is 0 / 0")
 
 
 def as_loss(loss_fn):
@@ -173,8 +175,7 @@ class Accumulator:
         if self.optimizer is None:
             raise RuntimeError("update() needs an optimizer; this accumulator has none")
         if self.normalize == "items" and self.pending_items == 0:
-            return self._refuse("the window holds no items (every target is ignore_index), "
-                                "so its mean gradient is 0 / 0")
+            return self._refuse(NO_ITEMS)
         if not _all_finite([p.grad for p in self.params if p.grad is not None]):
             return self._refuse("the accumulated gradient is not finite")
         next_lr = self.scheduler.next_lr() if self.scheduler is not None else None
@@ -200,8 +201,7 @@ class Accumulator:
         scale = {"items": self.pending_items, "micro_batches": self.pending_micro_batches,
                  "sum": 1}[self.normalize]
         if scale == 0 and self.pending_micro_batches:
-            raise FloatingPointError("the window holds no items (every target is "
-                                     "ignore_index), so its mean gradient is 0 / 0")
+            raise FloatingPointError(NO_ITEMS)
         if scale == 1:
             return [p.grad for p in self.params]
         return [None if p.grad is None else p.grad / scale for p in self.params]

@@ -27,6 +27,7 @@ from minigrad import accumulate, nn, optim
 from minigrad.analysis import memory
 from minigrad.analysis.bounds import flat, trajectory_bounds
 from minigrad.analysis.metrics import eval_accuracy
+from minigrad.apps import data as datasets
 
 GLOBAL_BATCH = 128
 SPLIT = [48, 48, 20, 12]  # uneven on purpose: the textbook rule weighs 12 samples like 48
@@ -115,16 +116,14 @@ def main(args, bound=None):
     """
     bound = bound or trajectory_bound
     seed = args.seed
-    from minigrad.apps import data as datasets
-
-    x_train, y_train, x_test, y_test = datasets.digits(seed=args.seed)
+    x_train, y_train, x_test, y_test = datasets.digits(seed=seed)
     updates = 10 if args.quick else 40
-    data = batches(x_train, y_train, updates, args.seed)
+    data = batches(x_train, y_train, updates, seed)
     with _progress((len(RUNS) + len(EQUIVALENT)) * updates) as tick, _one_blas_thread():
         runs = {}
         for label, norm, options in RUNS:
             tick.describe(label)
-            runs[label] = train(norm, options, data, args.seed, tick)
+            runs[label] = train(norm, options, data, seed, tick)
         tick.describe("rounding bounds")
         limits = {norm: bound(norm, data, seed, tick) for norm in EQUIVALENT}
     rows = []

@@ -7,6 +7,8 @@ seeded NumPy ``Generator`` (the array API has no random API) and moved to the
 target namespace with ``xp.asarray(..., device=...)``.
 """
 
+from fractions import Fraction
+
 import array_api_compat
 import numpy as np
 
@@ -138,8 +140,8 @@ def as_array(data, *, xp=None, dtype=None, device=None):
     ``TypeError`` for anything that is not numbers: strings, ragged lists, ``None``, object
     arrays other than exact ``Fraction`` ones; ``ValueError`` for a device ``xp`` lacks.
     """
-    given = type(data).__name__
-    if xp is not None or not is_array(data):
+    given, was_array = type(data).__name__, is_array(data)
+    if xp is not None or not was_array:
         namespace = resolve_namespace(xp)
         try:
             data = move(data, namespace, device=device)
@@ -150,8 +152,8 @@ def as_array(data, *, xp=None, dtype=None, device=None):
             raise TypeError(f"Tensor data must be numbers or an array of them, got {given}: "
                             f"{err}") from None
     namespace = get_namespace(data)
-    if is_exact(data) and given not in ("ndarray", "Tensor") and not any(
-            type(v).__name__ == "Fraction" for v in data.flat):
+    if is_exact(data) and not was_array and not any(isinstance(v, Fraction)
+                                                    for v in data.flat):
         # Python ints beyond 64 bits become object arrays: not numbers an array can hold
         raise TypeError(f"Tensor data must be numbers an array can hold, got {given} with "
                         f"values beyond 64-bit integers")
@@ -167,8 +169,6 @@ def is_numeric(xp, x):
     """Whether ``x`` holds numbers: a bool, integer, floating or complex dtype, or an exact
     (object) array whose every element is a ``Fraction`` or an int."""
     if is_exact(x):
-        from fractions import Fraction
-
         return all(isinstance(v, (Fraction, int)) for v in x.flat)
     try:
         return xp.isdtype(x.dtype, ("bool", "numeric"))
@@ -184,8 +184,6 @@ def is_differentiable(xp, x):
 def ones_like(xp, x):
     """Ones shaped like ``x``; exact ``Fraction(1)`` for object arrays, so 1/n stays exact."""
     if is_exact(x):
-        from fractions import Fraction
-
         return np.full(x.shape, Fraction(1), dtype=object)
     return xp.ones_like(x)
 
