@@ -10,14 +10,14 @@ STAMP := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-long lint bench bench-quick readme clean
+.PHONY: demo test test-long lint bench bench-quick readme notebooks lab clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --quiet --python $(PY) -e ".[test,bench,demo]"
+	$(UV) pip install --quiet --python $(PY) -e ".[test,bench,demo,notebooks,docs,dist]"
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	touch $(STAMP)
 
@@ -32,6 +32,15 @@ test: $(STAMP)
 # The long hypothesis profile: many more examples per property (see tests/conftest.py).
 test-long: $(STAMP)
 	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q
+
+# Execute every notebook in notebooks/ (outputs go to build/notebooks/, the sources stay clean).
+notebooks: $(STAMP)
+	$(PY) scripts/notebooks.py
+
+# The notebooks in JupyterLab (installs the `lab` extra on first use).
+lab: $(STAMP)
+	$(UV) pip install --quiet --python $(PY) -e ".[lab]"
+	$(VENV)/bin/jupyter lab notebooks
 
 readme: $(STAMP)
 	$(PY) scripts/update_readme.py
