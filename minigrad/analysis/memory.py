@@ -33,7 +33,7 @@ from minigrad.engine import Tensor, backend
 # those that stay (r: the new parameter and state), in the order minigrad.optim evaluates:
 # SGD lr*g, p - lr*g; momentum mu*b, (1-tau)*g, b, then lr*b and the new p beside b;
 # Nesterov also g + mu*b; Adam m, v, sqrt(v)/c + eps, s*m and s*m/denom.
-_UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (5, 3)}
+_UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (4, 3)}
 # Arrays of n x C alive at the start of the walk, beside the hidden layers': cross-entropy
 # keeps z, the logits and the log-softmax output while take_along_axis's backward makes a
 # one-hot array, its product with g and their sum; MSE keeps z, the logits, -y, the
@@ -156,9 +156,10 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     * The update: the sum (kept by the snapshot) and the sum / items, 2P; then parameter by
       parameter in the optimizer's order t arrays of its size alive at once, r of which
       stay (new p and state): SGD t, r = 2, 1; momentum 3, 2; Nesterov 4, 2; Adam and
-      AdamW 5, 3; weight decay one more. Without weight decay, SGD's p - lr g mixes a
-      C-ordered weight with its Fortran-ordered gradient (the transpose of h^T g), which
-      NumPy's ufunc runs through its buffer of ``np.getbufsize()`` values.
+      AdamW 4, 3 (its NumPy path writes m, v, one temporary and the denominator, which
+      becomes the new p); weight decay one more. Every gradient has its parameter's
+      row-major layout (the engine's matmul follows PyTorch's layout rule), so no
+      elementwise op mixes layouts, which NumPy would run through a buffer.
 
     The peak is the largest moment. Neglected: Python objects (Tensors, closures, the
     walk's lists: about 15 KiB per step, measured), the int64 sample indices and targets
@@ -168,10 +169,10 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     >>> model = nn.MLP([4, 8, 2], seed=0)
     >>> opt = optim.SGD(model.parameters(), lr=0.1)
     >>> theoretical_peak(model, nn.CrossEntropyLoss(), opt, np.zeros((2, 4)), [1, 1])
-    1696
+    1504
     >>> P = 8 * (4 * 8 + 8 + 8 * 2 + 2)  # float64 parameters
-    >>> 2 * P + 3 * 8 * (4 * 8)  # the update at W_1: lr g, the new W_1 and the buffer
-    1696
+    >>> 2 * P + 8 * (4 * 8 + 8) + 2 * 8 * (8 * 2)  # at W_2: new W_1, b_1; lr g, the new W_2
+    1504
     """
     reason = _not_covered(model, loss_fn, optimizer)
     if reason is not None:
@@ -186,7 +187,7 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     grads = [layer.weight.data.nbytes + layer.bias.data.nbytes for layer in linears]
     total = sum(grads)
     head = _HEAD_ARRAYS[type(as_loss(loss_fn))]
-    peak = _update_peak(optimizer, total, {id(layer.weight) for layer in linears})
+    peak = _update_peak(optimizer, total)
     for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
         walk = [n * s * (4 * sum(hidden) + head * classes)]
         for i, d in enumerate(hidden):
@@ -198,8 +199,8 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     return peak
 
 
-def _update_peak(optimizer, total, weights):
-    """2P + max over the optimizer's parameters i of (r sum_{j<i} q_j + t q_i + buffer)."""
+def _update_peak(optimizer, total):
+    """2P + max over the optimizer's parameters i of (r sum_{j<i} q_j + t q_i)."""
     h = optimizer.hyperparams
     kind = "adam"
     if isinstance(optimizer, optim.SGD):
@@ -209,10 +210,7 @@ def _update_peak(optimizer, total, weights):
     t += decay  # g + lambda p (AdamW: the decayed copy of p) lives through the update
     done = worst = 0
     for p in optimizer.params:
-        buffer = 0
-        if kind != "adam" and not decay and id(p) in weights:
-            buffer = min(p.data.size, np.getbufsize()) * p.data.itemsize
-        worst = max(worst, done + t * p.data.nbytes + buffer)
+        worst = max(worst, done + t * p.data.nbytes)
         done += r * p.data.nbytes
     return 2 * total + worst
 

@@ -14,6 +14,8 @@ array([2., 4., 6.])
 import numbers
 import operator
 
+import numpy as np
+
 from minigrad.engine import backend, graph, shapes, validate
 from minigrad.engine.graph import is_grad_enabled, no_grad
 
@@ -368,13 +370,26 @@ def _broadcasting(name, op, a, b):
         raise
 
 
+def _column_major(y):
+    """True for a 2-D NumPy array laid out column by column only (a transposed matrix)."""
+    return (type(y) is np.ndarray and y.ndim == 2 and y.flags.f_contiguous
+            and not y.flags.c_contiguous)
+
+
 def _matmul(a, b):
     xp = a.xp
     x, y = a.data, b.data
 
     def backward(g):
         gx = g @ xp.matrix_transpose(y) if a.requires_grad else None
-        gy = xp.matrix_transpose(x) @ g if b.requires_grad else None
-        return gx, gy
+        if not b.requires_grad:
+            return gx, None
+        if x.ndim == 2 and _column_major(y):
+            # PyTorch's rule (mm_mat2_backward): a column-major y, such as the W.T of a
+            # Linear layer, gets a column-major gradient (g^T x)^T, the same products, so
+            # that W's own gradient is row-major like W. Mixing layouts makes NumPy's
+            # elementwise ops in the optimizer run through a buffer: slower, and bigger.
+            return gx, xp.matrix_transpose(xp.matrix_transpose(g) @ x)
+        return gx, xp.matrix_transpose(x) @ g
 
     return primitive(x @ y, (a, b), backward)

@@ -23,6 +23,8 @@ as ``lerp(m, g, 1 - beta_1)``, the same value up to rounding.)
 
 from typing import NamedTuple
 
+import numpy as np
+
 from minigrad.engine import backend
 from minigrad.optim import _checks
 
@@ -58,18 +60,55 @@ def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weigh
     _checks.check_like(grads, params, "grads[{}]")
     _checks.check_like(state.mu, params, "state.mu[{}]")
     _checks.check_like(state.nu, params, "state.nu[{}]")
-    b1, b2 = h["betas"]
+    return apply(grads, state, params, **h)
+
+
+def apply(grads, state, params, *, lr, betas, eps, weight_decay):
+    """``update`` without its checks, for a caller that made them (``Optimizer.step`` checks
+    the gradients each step and holds hyperparameters checked when they were set)."""
+    b1, b2 = betas
     t = state.count + 1
-    step_size = h["lr"] / (1 - b1**t)
+    step_size = lr / (1 - b1**t)
     bias_correction2_sqrt = (1 - b2**t) ** 0.5
     new_params, mu, nu = [], [], []
     for g, m, v, p in zip(grads, state.mu, state.nu, params):
-        if h["weight_decay"] != 0:
-            g = g + h["weight_decay"] * p
-        m = b1 * m + (1.0 - b1) * g
-        v = b2 * v + (1.0 - b2) * g * g
-        denom = backend.get_namespace(v).sqrt(v) / bias_correction2_sqrt + h["eps"]
-        new_params.append(p - step_size * m / denom)
+        if weight_decay != 0:
+            g = g + weight_decay * p
+        one = _one_numpy if _all_numpy(g, m, v, p) else _one
+        p, m, v = one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps)
+        new_params.append(p)
         mu.append(m)
         nu.append(v)
     return tuple(new_params), AdamState(count=t, mu=tuple(mu), nu=tuple(nu))
+
+
+def _one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
+    """The rule for one parameter, in the module docstring's order: ``(p_t, m_t, v_t)``."""
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    denom = backend.get_namespace(v).sqrt(v) / bias_correction2_sqrt + eps
+    return p - step_size * m / denom, m, v
+
+
+def _one_numpy(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
+    """The fast path of ``_one`` for NumPy arrays: the same operations on the same operands
+    in the same order, so the same IEEE results (tests/optim check ``==``), written into
+    three fresh arrays instead of eleven temporaries. The inputs are not written to."""
+    m_new = np.multiply(m, b1)                  # b1 * m
+    tmp = np.multiply(g, 1.0 - b1)              # (1 - b1) * g
+    m_new += tmp                                # m_t
+    v_new = np.multiply(v, b2)                  # b2 * v
+    np.multiply(g, 1.0 - b2, out=tmp)           # (1 - b2) * g
+    tmp *= g                                    #   ... * g
+    v_new += tmp                                # v_t
+    denom = np.sqrt(v_new)
+    denom /= bias_correction2_sqrt
+    denom += eps                                # d_t
+    np.multiply(m_new, step_size, out=tmp)      # s_t * m_t
+    tmp /= denom                                #   ... / d_t
+    return np.subtract(p, tmp, out=denom), m_new, v_new
+
+
+def _all_numpy(*arrays):
+    # 0-d arrays are left to the plain path: NumPy turns their results into scalars
+    return all(type(a) is np.ndarray and a.ndim for a in arrays)

@@ -15,7 +15,7 @@ The state is Adam's: ``AdamState(count, mu, nu)``.
 array([1.75])
 """
 
-from minigrad.optim import adam
+from minigrad.optim import _checks, adam
 
 init = adam.init
 
@@ -28,6 +28,14 @@ def check_hyperparams(*, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-
 def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
     """One AdamW update: ``(new_params, new_state)``; the inputs are left unchanged."""
     h = check_hyperparams(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    if h["weight_decay"] != 0:
-        params = [p * (1.0 - h["lr"] * h["weight_decay"]) for p in params]
-    return adam.update(grads, state, params, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+    _checks.check_like(grads, params, "grads[{}]")
+    _checks.check_like(state.mu, params, "state.mu[{}]")
+    _checks.check_like(state.nu, params, "state.nu[{}]")
+    return apply(grads, state, params, **h)
+
+
+def apply(grads, state, params, *, lr, betas, eps, weight_decay):
+    """``update`` without its checks (see ``adam.apply``)."""
+    if weight_decay != 0:
+        params = [p * (1.0 - lr * weight_decay) for p in params]
+    return adam.apply(grads, state, params, lr=lr, betas=betas, eps=eps, weight_decay=0.0)

@@ -59,8 +59,10 @@ class Optimizer:
         _checks.check_like([self.params[i].grad for i in active],
                            [self.params[i].data for i in active], "params[{}].grad", active)
         lr, hyperparams = self._exact_hyperparams()
-        updates = [self._rule.update([self.params[i].grad], self.state[i], [self.params[i].data],
-                                     lr=lr, **hyperparams) for i in active]
+        # The gradients were checked above and the hyperparameters when they were set, so the
+        # rule's unchecked ``apply`` (``update`` would repeat both checks per parameter).
+        updates = [self._rule.apply([self.params[i].grad], self.state[i], [self.params[i].data],
+                                    lr=lr, **hyperparams) for i in active]
         old = [(self.params[i].data, self.state[i]) for i in active]
         try:
             for i, ((data,), state) in zip(active, updates):

@@ -61,18 +61,23 @@ def update(grads, state, params, *, lr, momentum=0.0, dampening=0.0, nesterov=Fa
     _checks.check_like(grads, params, "grads[{}]")
     if state.mu is not None:
         _checks.check_like(state.mu, params, "state.mu[{}]")
+    return apply(grads, state, params, **h)
+
+
+def apply(grads, state, params, *, lr, momentum, dampening, nesterov, weight_decay):
+    """``update`` without its checks, for a caller that made them (``Optimizer.step``)."""
     new_params, new_mu = [], []
     for i, (g, p) in enumerate(zip(grads, params)):
-        if h["weight_decay"] != 0:
-            g = g + h["weight_decay"] * p
-        if h["momentum"] != 0:
+        if weight_decay != 0:
+            g = g + weight_decay * p
+        if momentum != 0:
             if state.mu is None:
                 # a copy, so that the state never aliases the caller's gradient array
                 b = backend.get_namespace(g).asarray(g, copy=True)
             else:
-                b = h["momentum"] * state.mu[i] + (1 - h["dampening"]) * g
+                b = momentum * state.mu[i] + (1 - dampening) * g
             new_mu.append(b)
-            g = g + h["momentum"] * b if nesterov else b
-        new_params.append(p - h["lr"] * g)
-    mu = tuple(new_mu) if h["momentum"] != 0 else state.mu
+            g = g + momentum * b if nesterov else b
+        new_params.append(p - lr * g)
+    mu = tuple(new_mu) if momentum != 0 else state.mu
     return tuple(new_params), SGDState(count=state.count + 1, mu=mu)

@@ -383,7 +383,7 @@ def test_a_failure_injected_at_any_point_changes_nothing(point, micro_batch, par
         patch(accumulator_module, "clip_grad_norm_",
               raise_on(0, accumulator_module.clip_grad_norm_))
     elif point == "rule":  # the optimizer's pure rule, on parameter `parameter`
-        patch(opt._rule, "update", raise_on(parameter, opt._rule.update))
+        patch(opt._rule, "apply", raise_on(parameter, opt._rule.apply))
     elif point == "schedule":
         sched.schedule = raise_on(0, sched.schedule)
     elif point == "discard":  # the last thing an update does, after every write

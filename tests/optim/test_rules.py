@@ -194,3 +194,38 @@ def test_adamw_decays_the_parameter_not_the_gradient(xp):
     assert float(decoupled.data[0]) == 1.75
     lr, eps, g = 0.5, 1e-8, 0.5
     assert abs(float(coupled.data[0]) - 1.5) <= lr * eps / g + 10 * U64 * lr + U64 * 1.5
+
+
+# ----- the NumPy fast path of Adam: the same IEEE operations, so the same bits ------------
+@given(dtype=st.sampled_from([np.float32, np.float64]), data=st.data(),
+       b1=st.floats(0, 0.999), b2=st.floats(0, 0.9999), t=st.integers(1, 10**6),
+       lr=st.floats(0, 10), eps=st.floats(0, 1))
+def test_adam_numpy_fast_path_gives_the_plain_rules_bits(dtype, data, b1, b2, t, lr, eps):
+    # Any values, NaN, infinities and subnormals included: both paths make the same correctly
+    # rounded operations in the same order, so IEEE 754 guarantees identical bits everywhere.
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, max_side=4))
+    g, m, v, p = (data.draw(hnp.arrays(dtype, shape)) for _ in range(4))
+    v = np.abs(v)  # a second moment; sqrt of a negative would be NaN in both paths anyway
+    before = [a.copy() for a in (g, m, v, p)]
+    step_size, bc2 = lr / (1 - b1**t), (1 - b2**t) ** 0.5
+    with np.errstate(all="ignore"):
+        plain = adam._one(g, m, v, p, b1, b2, step_size, bc2, eps)
+        fast = adam._one_numpy(g, m, v, p, b1, b2, step_size, bc2, eps)
+    for a, b in zip(plain, fast):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+    for a, b in zip(before, (g, m, v, p)):
+        assert a.tobytes() == b.tobytes()  # the inputs are not written to
+
+
+def test_adam_takes_the_fast_path_for_numpy_arrays_only(monkeypatch):
+    calls = []
+    monkeypatch.setattr(adam, "_one_numpy", lambda *a: calls.append(a) or adam._one(*a))
+    params, grads = [np.ones((2, 2))], [np.ones((2, 2))]
+    adam.update(grads, adam.init(params), params)
+    assert len(calls) == 1
+    strict = backend.resolve_namespace("array_api_strict")
+    sp, sg = [strict.ones((2, 2))], [strict.ones((2, 2))]
+    adam.update(sg, adam.init(sp), sp)
+    assert len(calls) == 1
