@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-long lint bench bench-quick readme notebooks lab clean
+.PHONY: demo test test-long lint bench bench-quick readme notebooks lab docs serve browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(PY) -m minigrad demo --out build
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m ruff check minigrad tests benchmarks scripts
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
@@ -41,6 +41,25 @@ notebooks: $(STAMP)
 lab: $(STAMP)
 	$(UV) pip install --quiet --python $(PY) -e ".[lab]"
 	$(VENV)/bin/jupyter lab notebooks
+
+# The site (mkdocs-material): a strict build into site/, or served at http://127.0.0.1:8000.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+# Debian's chromium for the site's browser test (Playwright's own browser download does not
+# work here). Installed as root or with sudo where /usr/bin/chromium is missing; never fails
+# the make run: where it cannot be installed, the browser test is skipped and says so.
+browser:
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	else echo "browser: /usr/bin/chromium is missing and installing it needs root; the site's browser test will be skipped"; exit 0; fi; \
+	echo "browser: installing Debian's chromium for the site's browser test"; \
+	{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	|| echo "browser: apt-get could not install chromium; the site's browser test will be skipped"; \
+	exit 0
 
 readme: $(STAMP)
 	$(PY) scripts/update_readme.py

@@ -4,7 +4,7 @@ The package's folders are the layers of DESIGN.md, each importing only those bel
 ``engine`` (backend, Tensor, graph), ``nn``, ``optim``, ``accumulate``, ``analysis``, ``apps``.
 """
 
-from minigrad import accumulate, analysis, apps, engine, nn, optim
+from minigrad import accumulate, analysis, apps, distributed, engine, nn, optim
 from minigrad.accumulate import checkpoint
 from minigrad.analysis import equivalence, exact, reference
 from minigrad.apps import data
@@ -23,6 +23,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Parameter", "Tensor", "accumulate", "analysis", "apps", "backend", "checkpoint", "data",
-    "engine", "equivalence", "exact", "is_grad_enabled", "maximum", "nn", "no_grad", "optim",
-    "primitive", "reference", "take_along_axis",
+    "distributed", "engine", "equivalence", "exact", "is_grad_enabled", "maximum", "nn",
+    "no_grad", "optim", "primitive", "reference", "take_along_axis",
 ]

@@ -28,12 +28,15 @@ BatchNorm running statistics  every forward in training mode                 k /
 The last row is the exception minigrad shows rather than hides: BatchNorm couples the
 samples of a micro-batch, so accumulated BatchNorm training is not full-batch training.
 
+``distributed`` carries the same contract across MPI processes: each rank accumulates its
+shard, one all-reduce per update adds the sums and the item counts (mpi4py, imported lazily).
+
 A non-finite loss or gradient never reaches the parameters: the update is refused
 (``FloatingPointError``) or, with ``on_nonfinite="skip"``, dropped; the parameters, the
 optimizer, the schedule and the model's buffers stay exactly as they were.
 """
 
-from minigrad.accumulate import checkpoint, exact_batchnorm
+from minigrad.accumulate import checkpoint, distributed, exact_batchnorm
 from minigrad.accumulate.accumulator import (
     NORMALIZE,
     ON_NONFINITE,
@@ -46,5 +49,5 @@ from minigrad.accumulate.split import micro_batches, split_sizes
 from minigrad.accumulate.update import accumulated_gradients, step
 
 __all__ = ["NORMALIZE", "ON_NONFINITE", "Accumulator", "Window", "accumulated_gradients",
-           "as_loss", "checkpoint", "exact_batchnorm", "micro_batches", "run_window",
+           "as_loss", "checkpoint", "distributed", "exact_batchnorm", "micro_batches", "run_window",
            "split_sizes", "step"]

@@ -17,7 +17,12 @@ from minigrad.nn import functional as F
 from minigrad.optim import clip_grad_norm_
 
 NORMALIZE = ("items", "micro_batches", "sum")
+"""The choices of ``normalize``: ``"items"`` divides the window's summed gradient once by its
+item count (the default, right for every split); ``"micro_batches"`` is the textbook mean per
+micro-batch divided by their number; ``"sum"`` never divides."""
 ON_NONFINITE = ("raise", "skip")
+"""The choices of ``on_nonfinite``: refuse the update (``FloatingPointError``) or drop it;
+either way the parameters, the optimizer and the buffers stay as they were."""
 NO_ITEMS = ("the window holds no items (every target is ignore_index), so its mean gradient "
             "is 0 / 0")
 

@@ -40,7 +40,13 @@ def check_sizes(sizes, n):
 
 
 def micro_batches(x, y, sizes):
-    """Yield ``(start, x_j, y_j)`` for consecutive slices of the given ``sizes``."""
+    """Yield ``(start, x_j, y_j)`` for consecutive slices of the given ``sizes``.
+
+    >>> import numpy as np
+    >>> x, y = np.zeros((5, 2)), np.arange(5)
+    >>> [(start, y_j.tolist()) for start, x_j, y_j in micro_batches(x, y, [2, 3])]
+    [(0, [0, 1]), (2, [2, 3, 4])]
+    """
     x, y = as_batch(x, y)
     sizes = check_sizes(sizes, x.shape[0])
     start = 0

@@ -32,13 +32,14 @@ from minigrad.engine import Tensor, backend
 # Arrays of one parameter's size alive at once while the optimizer updates it (t), and
 # those that stay (r: the new parameter and state), in the order minigrad.optim evaluates:
 # SGD lr*g, p - lr*g; momentum mu*b, (1-tau)*g, b, then lr*b and the new p beside b;
-# Nesterov also g + mu*b; Adam m, v, sqrt(v)/c + eps, s*m and s*m/denom.
+# Nesterov also g + mu*b; Adam (its NumPy path) m, v, one temporary and the denominator,
+# which becomes the new p.
 _UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (4, 3)}
 # Arrays of n x C alive at the start of the walk, beside the hidden layers': cross-entropy
-# keeps z, the logits and the log-softmax output while take_along_axis's backward makes a
-# one-hot array, its product with g and their sum; MSE keeps z, the logits, -y, the
+# keeps the logits and the log-softmax output while take_along_axis's backward makes a
+# one-hot array, its product with g and their sum; MSE keeps the logits, -y, the
 # residual and its square while its backward makes g * r twice and their sum.
-_HEAD_ARRAYS = {nn.CrossEntropyLoss: 6, nn.MSELoss: 8}
+_HEAD_ARRAYS = {nn.CrossEntropyLoss: 5, nn.MSELoss: 7}
 
 
 def peak_bytes(fn, *args, **kwargs):
@@ -142,14 +143,17 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     micro-batch; P bytes of parameters, so of one set of gradients. Arrays are replaced,
     never written into, so each term below counts whole new arrays.
 
-    * Forward, hidden layer l keeps 4 n d_l values (z = h W^T, a = z + b, the ReLU mask,
-      h); the last layer z and the logits. The walk frees each node's arrays once its
-      backward has run, so a micro-batch peaks at one of these moments (units of s):
-        at the loss     4 n sum_l d_l + k n C (the loss's arrays and its backward's
-                        temporaries: k = 6 for cross-entropy, 8 for MSE)
-        at ReLU l       n (4 sum_{k<l} d_k + 6 d_l + C) + gradients of the layers above
-                        (layer l's four arrays, g and g * mask; the caller keeps the logits)
-        at Linear l+1   n (4 sum_{k<l} d_k + 5 d_l + 2 d_{l+1} + C) + the same gradients
+    * Forward, hidden layer l keeps 2 n d_l values (y = h W^T + b, one ``linear`` node, and
+      h = relu(y), whose backward makes its mask from h); the last layer the logits. The
+      walk frees each node's arrays once its backward has run, so a micro-batch peaks at
+      one of these moments (units of s):
+        at the loss     2 n sum_l d_l + k n C (the loss's arrays and its backward's
+                        temporaries: k = 5 for cross-entropy, 7 for MSE)
+        at ReLU l       n (2 sum_{k<l} d_k + 4 d_l + C) + gradients of the layers above
+                        (layer l's two arrays, g, and the mask, multiplied by g in place;
+                        the caller keeps the logits)
+        at Linear l+1   n (2 sum_{k<l} d_k + 3 d_l + 2 d_{l+1} + C) + the same gradients
+                        (layer l's two arrays and g W; y and g of layer l+1)
       plus P from the second micro-batch on: the sum accumulated so far.
     * End of the walk: P new gradients, and from the second micro-batch on 3P: the
       accumulator's all-or-nothing snapshot keeps the old sum alive while grad + g is made.
@@ -189,11 +193,11 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     head = _HEAD_ARRAYS[type(as_loss(loss_fn))]
     peak = _update_peak(optimizer, total)
     for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
-        walk = [n * s * (4 * sum(hidden) + head * classes)]
+        walk = [n * s * (2 * sum(hidden) + head * classes)]
         for i, d in enumerate(hidden):
-            below, above = 4 * sum(hidden[:i]), sum(grads[i + 1:])
-            walk.append(n * s * (below + 6 * d + classes) + above)
-            walk.append(n * s * (below + 5 * d + 2 * widths[i + 1] + classes) + above)
+            below, above = 2 * sum(hidden[:i]), sum(grads[i + 1:])
+            walk.append(n * s * (below + 4 * d + classes) + above)
+            walk.append(n * s * (below + 3 * d + 2 * widths[i + 1] + classes) + above)
         end = (3 * total if later else total) + n * s * classes
         peak = max(peak, (total if later else 0) + max(walk), end)
     return peak

@@ -4,6 +4,8 @@
 runs are full-batch training (``minigrad.apps.demo``). ``minigrad plan`` picks the largest
 micro-batch size whose update fits a memory budget (``minigrad.analysis.planner``).
 ``minigrad check`` answers "is my set-up accumulation-safe?" (``minigrad.analysis.check``).
+``mpirun -n 2 minigrad mpi-demo`` shows that data-parallel training over MPI is full-batch
+training (``minigrad.apps.mpi_demo``).
 """
 
 import argparse
@@ -17,7 +19,7 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.analysis import planner
-from minigrad.apps import check_command
+from minigrad.apps import check_command, mpi_demo
 from minigrad.apps.args import number, widths
 from minigrad.engine import validate
 
@@ -109,6 +111,7 @@ def _memory(text):
 
 
 def build_parser():
+    """The ``minigrad`` argument parser, with the sub-commands ``demo``, ``plan`` and ``check``."""
     parser = _Parser(prog="minigrad", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = commands.add_parser("demo", help="accumulation vs full-batch training on digits",
@@ -141,6 +144,7 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=plan, error=p.error)
     check_command.register(commands)
+    mpi_demo.register(commands)
     return parser
 
 

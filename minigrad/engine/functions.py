@@ -21,6 +21,42 @@ def maximum(a, b):
     return primitive(xp.maximum(x, y), (a, b), backward)
 
 
+def linear(x, weight, bias=None):
+    """y = x @ weight^T + bias, one primitive, as ``torch.nn.functional.linear``.
+
+    ``weight`` has shape (out, in); ``x`` any shape (..., in); ``bias`` shape (out,) or None.
+    Backward, with G and X the gradient and the input flattened to (-1, out) and (-1, in):
+    dx = g @ weight, dweight = G^T X, dbias = the sum of G over its rows.
+
+    One node instead of three (transpose, matmul, add): the graph keeps y alone, not also
+    x @ weight^T, and dweight = G^T X comes out row-major like the weight itself.
+    """
+    if not isinstance(x, Tensor):
+        x = weight._lift(x)
+    xp, X, W = x.xp, x.data, weight.data
+    if W.ndim != 2 or X.ndim < 1 or X.shape[-1] != W.shape[1]:
+        raise ValueError(f"linear needs x of shape (..., in) and weight of shape (out, in), "
+                         f"got x {tuple(X.shape)} and weight {tuple(W.shape)}")
+    if bias is not None and tuple(bias.shape) != (W.shape[0],):
+        raise ValueError(f"linear's bias must have shape ({W.shape[0]},) for a weight of "
+                         f"shape {tuple(W.shape)}, got {tuple(bias.shape)}")
+    y = X @ xp.matrix_transpose(W)
+    if bias is not None:
+        y = y + bias.data
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+
+    def backward(g):
+        rows = xp.reshape(g, (-1, g.shape[-1]))
+        gx = g @ W if x.requires_grad else None
+        gw = xp.matrix_transpose(rows) @ xp.reshape(X, (-1, X.shape[-1])) \
+            if weight.requires_grad else None
+        if bias is None:
+            return gx, gw
+        return gx, gw, xp.sum(rows, axis=0) if bias.requires_grad else None
+
+    return primitive(y, inputs, backward)
+
+
 def _share(xp, x, y):
     """1 where x > y, 1/2 where x == y, 0 elsewhere, in x's dtype."""
     return (xp.astype(x > y, x.dtype) + xp.astype(x >= y, x.dtype)) * 0.5

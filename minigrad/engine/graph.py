@@ -15,7 +15,14 @@ _grad_enabled = True
 
 @contextmanager
 def no_grad():
-    """Inside this block no graph is recorded: results have ``requires_grad=False``."""
+    """Inside this block no graph is recorded: results have ``requires_grad=False``.
+
+    >>> from minigrad import Tensor
+    >>> with no_grad():
+    ...     y = Tensor([1.0], requires_grad=True) * 2
+    >>> y.requires_grad
+    False
+    """
     global _grad_enabled
     previous = _grad_enabled
     _grad_enabled = False
@@ -26,6 +33,12 @@ def no_grad():
 
 
 def is_grad_enabled():
+    """Whether operations record the graph now: False inside ``no_grad()``.
+
+    >>> with no_grad():
+    ...     is_grad_enabled()
+    False
+    """
     return _grad_enabled
 
 

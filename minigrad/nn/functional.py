@@ -39,6 +39,7 @@ def relu(x):
 
 
 def tanh(x):
+    """tanh(x) elementwise; backward g * (1 - tanh(x)**2)."""
     return _tensor(x).tanh()
 
 

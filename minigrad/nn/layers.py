@@ -3,6 +3,7 @@
 import math
 
 from minigrad.engine import backend, validate
+from minigrad.engine.functions import linear
 from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
@@ -13,6 +14,12 @@ class Linear(Module):
 
     W and b start uniform(-1/sqrt(in), 1/sqrt(in)), drawn from the NumPy ``generator``
     (a seed or a ``numpy.random.Generator``; the weight is drawn before the bias).
+
+    >>> import numpy as np
+    >>> from minigrad import Tensor
+    >>> layer = Linear(3, 2, generator=0)
+    >>> layer.weight.shape, layer(Tensor(np.ones((4, 3)))).shape
+    ((2, 3), (4, 2))
     """
 
     def __init__(self, in_features, out_features, bias=True, *, generator=0,
@@ -36,8 +43,7 @@ class Linear(Module):
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"Linear(in_features={self.in_features}) got an input of shape "
                              f"{x.shape}; its last dimension must be {self.in_features}")
-        y = x @ self.weight.T
-        return y + self.bias if self.bias is not None else y
+        return linear(x, self.weight, self.bias)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -45,16 +51,27 @@ class Linear(Module):
 
 
 class ReLU(Module):
+    """max(x, 0) elementwise, with relu'(0) = 0 (``F.relu``).
+
+    >>> from minigrad import Tensor
+    >>> ReLU()(Tensor([-1.0, 0.0, 2.0])).numpy().tolist()
+    [0.0, 0.0, 2.0]
+    """
+
     def forward(self, x):
         return F.relu(x)
 
 
 class Tanh(Module):
+    """tanh(x) elementwise (``F.tanh``)."""
+
     def forward(self, x):
         return F.tanh(x)
 
 
 class Sigmoid(Module):
+    """1 / (1 + exp(-x)) elementwise, accurate at both ends (``F.sigmoid``)."""
+
     def forward(self, x):
         return F.sigmoid(x)
 
@@ -67,6 +84,8 @@ class GELU(Module):
 
 
 class Identity(Module):
+    """Returns its input unchanged: a placeholder layer, as in ``torch.nn.Identity``."""
+
     def forward(self, x):
         return x
 

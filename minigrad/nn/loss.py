@@ -11,7 +11,18 @@ from minigrad.nn.module import Module
 
 
 class CrossEntropyLoss(Module):
-    """``functional.cross_entropy`` as a module; ``"mean"`` divides by ``num_items``."""
+    """``functional.cross_entropy`` as a module; ``"mean"`` divides by ``num_items``.
+
+    With all logits equal every target has probability 1/C, so each item's loss is
+    log C (log 4 = 1.386294...); the ignored target (-100) counts neither in the sum nor
+    in the mean's denominator:
+
+    >>> import numpy as np
+    >>> from minigrad import Tensor
+    >>> loss, target = CrossEntropyLoss(), np.array([0, 1, -100])
+    >>> loss.num_items(target), f"{loss(Tensor(np.zeros((3, 4))), target).item():.6f}"
+    (2, '1.386294')
+    """
 
     def __init__(self, reduction="mean", ignore_index=-100):
         super().__init__()

@@ -57,6 +57,13 @@ def clip_grad_norm_(params, max_norm, norm_type=2.0):
 
     Sets ``p.grad`` to a new, scaled array (never writes into the old one) and returns the
     total norm before clipping as a Python float.
+
+    >>> import numpy as np
+    >>> from minigrad import Parameter
+    >>> w = Parameter([0.0, 0.0])
+    >>> w.grad = np.array([3.0, 4.0])
+    >>> clip_grad_norm_([w], max_norm=1.0), np.allclose(w.grad, [0.6, 0.8], rtol=1e-6)
+    (5.0, True)
     """
     if not isinstance(params, Tensor) and not hasattr(params, "__iter__"):
         raise TypeError(f"params must be a Tensor or an iterable of Tensors, got "

@@ -170,7 +170,16 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """``torch.optim.SGD``; the formulas are in ``minigrad.optim.sgd``."""
+    """``torch.optim.SGD``; the formulas are in ``minigrad.optim.sgd``.
+
+    >>> import numpy as np
+    >>> from minigrad import Parameter
+    >>> w = Parameter([1.0, -2.0])
+    >>> w.grad = np.array([0.5, 0.5])
+    >>> SGD([w], lr=0.5).step()  # w - lr * g
+    >>> w.data.tolist()
+    [0.75, -2.25]
+    """
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False,
                  weight_decay=0.0):

@@ -118,12 +118,12 @@ def test_bad_arguments_are_refused():
 def test_theory_by_hand_where_the_hidden_layer_dominates():
     """MLP(2, 100, 2), float64, two micro-batches of 50, SGD: P = 8 (200 + 100 + 200 + 2) =
     4016 bytes. The peak is at the ReLU's backward in the second micro-batch: the sum so
-    far (P), 50 samples x (4 saved arrays + g + g*mask of 100, + the 2 logits) x 8 bytes,
-    and the last layer's gradients, 8 (200 + 2)."""
+    far (P), 50 samples x (2 saved arrays + g + the mask, which becomes g*mask, of 100, +
+    the 2 logits) x 8 bytes, and the last layer's gradients, 8 (200 + 2)."""
     model = nn.MLP([2, 100, 2], seed=0)
     opt = optim.SGD(model.parameters(), lr=0.1)
     x, y = _batch([2, 100, 2], 100)
-    expected = 4016 + 50 * 8 * (6 * 100 + 2) + 8 * (200 + 2)
+    expected = 4016 + 50 * 8 * (4 * 100 + 2) + 8 * (200 + 2)
     assert theoretical_peak(model, nn.CrossEntropyLoss(), opt, x, [50, 50]) == expected
     report = update_memory(model, nn.CrossEntropyLoss(), opt, x, y, micro_batch_size=50)
     assert report["theory"] == expected

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minigrad import backend
-from minigrad.engine import Tensor, maximum, primitive, take_along_axis
+from minigrad.engine import Tensor, linear, maximum, primitive, take_along_axis
 
 
 def _gather_ref(x, idx, axis):
@@ -69,6 +69,10 @@ SPECS = [
     OpSpec("tanh", lambda x: x.tanh(), anp.tanh, [(2, 3)]),
     OpSpec("relu", lambda x: x.relu(), lambda x: anp.maximum(x, 0.0), [(3, 4)], "nonzero"),
     OpSpec("maximum", maximum, anp.maximum, [(3, 4), (3, 4)], ("grid", "offgrid")),
+    OpSpec("linear", linear, lambda x, w, b: x @ w.T + b, [(4, 3), (2, 3), (2,)]),
+    OpSpec("linear_no_bias", linear, lambda x, w: x @ w.T, [(4, 3), (2, 3)]),
+    OpSpec("linear_1d", linear, lambda x, w, b: x @ w.T + b, [(3,), (2, 3), (2,)]),
+    OpSpec("linear_3d", linear, lambda x, w, b: x @ w.T + b, [(2, 4, 3), (5, 3), (5,)]),
     OpSpec("maximum_broadcast", maximum, anp.maximum, [(3, 1), (1, 4)], ("offgrid", "grid")),
     OpSpec("maximum_scalar", lambda x: maximum(x, 0.0), lambda x: anp.maximum(x, 0.0),
            [(5,)], "nonzero"),
@@ -331,3 +335,34 @@ def test_primitive_seeds_and_gathers_are_checked_by_name():
     with pytest.raises(TypeError, match="values beyond 64-bit integers"):
         Tensor(np.array([1, 2])) + 2**70
     assert x.grad is None
+
+
+def test_linear_is_the_composite_of_matmul_and_add_exactly_on_dyadic_data(xp):
+    # Entries are multiples of 1/4 below 4 in size: every product and sum needs at most
+    # ~12 bits, so both computations are exact in float64, whatever the summation order.
+    rng = np.random.default_rng(7)
+    x_np, w_np, b_np = (rng.integers(-15, 16, s) / 4.0 for s in ((5, 3), (4, 3), (4,)))
+    fused = [Tensor(xp.asarray(a), requires_grad=True) for a in (x_np, w_np, b_np)]
+    plain = [Tensor(xp.asarray(a), requires_grad=True) for a in (x_np, w_np, b_np)]
+    g = xp.asarray(rng.integers(-15, 16, (5, 4)) / 4.0)
+    out_fused = linear(*fused)
+    out_plain = plain[0] @ plain[1].T + plain[2]
+    assert np.array_equal(backend.to_numpy(out_fused.data), backend.to_numpy(out_plain.data))
+    out_fused.backward(g)
+    out_plain.backward(g)
+    for a, b in zip(fused, plain):
+        assert np.array_equal(backend.to_numpy(a.grad), backend.to_numpy(b.grad))
+
+
+def test_linear_names_mismatched_shapes():
+    x, w = Tensor(np.ones((2, 3))), Tensor(np.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"x \(2, 3\) and weight \(4, 5\)"):
+        linear(x, w)
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\).*got \(3,\)"):
+        linear(Tensor(np.ones((2, 5))), w, Tensor(np.ones(3)))
+
+
+def test_the_weight_gradient_of_linear_is_row_major_like_the_weight():
+    x, w = Tensor(np.ones((6, 3))), Tensor(np.ones((4, 3)), requires_grad=True)
+    linear(x, w).sum().backward()
+    assert w.grad.flags["C_CONTIGUOUS"]
