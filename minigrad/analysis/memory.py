@@ -6,9 +6,11 @@ traced too. ``update_memory`` measures one ``accumulate.step`` on a copy of the 
 the optimizer, splits the peak into parameters, gradients, optimizer state and the rest,
 and sets beside it ``theoretical_peak``, derived from minigrad's own code for a ReLU MLP.
 
-Only NumPy arrays are measured: a CuPy allocation never reaches ``tracemalloc`` (hooking
-CuPy's memory pool is future work), so other namespaces raise ``NotImplementedError``.
-BLAS workspace is invisible to ``tracemalloc`` as well.
+NumPy arrays are measured with ``tracemalloc``; CuPy arrays, which never reach it, with a
+hook on CuPy's memory pool that counts the bytes of the blocks handed out and given back
+(blocks the pool caches do not count, as with ``torch.cuda.max_memory_allocated``). The
+CuPy path runs only where a GPU is present (its tests skip elsewhere); other namespaces
+raise ``NotImplementedError``. BLAS workspace is invisible to both.
 
 >>> import numpy as np
 >>> _, peak = peak_bytes(np.ones, 1000)  # 1000 float64: 8000 bytes and an array object
@@ -49,9 +51,11 @@ def peak_bytes(fn, *args, **kwargs):
     collection runs first: it empties CPython's free lists, whose blocks tracemalloc counts
     as allocated, so every run starts alike and what a run refills counts as new. If
     ``tracemalloc`` was already tracing, it keeps tracing afterwards (its peak is reset).
-    Arrays among the arguments (bare, in Tensors, in Modules) must be NumPy arrays.
+    Arrays among the arguments (bare, in Tensors, in Modules) must be NumPy arrays, or all
+    CuPy arrays: then the same peak is counted on CuPy's memory pool (``_pool_peak``).
     """
-    check_numpy(*args, *kwargs.values())
+    if check_measured(*args, *kwargs.values()) == "cupy":
+        return _pool_peak(fn, args, kwargs)
     gc.collect()
     started = not tracemalloc.is_tracing()
     if started:
@@ -65,6 +69,59 @@ def peak_bytes(fn, *args, **kwargs):
         if started:
             tracemalloc.stop()
     return result, max(peak, 0)
+
+
+def _pool_peak(fn, args, kwargs):
+    """``peak_bytes`` for CuPy: a memory hook on the pool adds each block it hands out and
+    subtracts each block given back; the peak of that running sum is the peak."""
+    import cupy
+    from cupy.cuda import memory_hook
+
+    class PoolPeak(memory_hook.MemoryHook):
+        name = "minigrad.analysis.memory.PoolPeak"
+
+        def __init__(self):
+            self.now = self.peak = 0
+
+        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+            self.now += mem_size
+            self.peak = max(self.peak, self.now)
+
+        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+            self.now -= mem_size
+
+    gc.collect()
+    stream = cupy.cuda.get_current_stream()
+    stream.synchronize()
+    hook = PoolPeak()
+    with hook:
+        result = fn(*args, **kwargs)
+        stream.synchronize()
+    return result, hook.peak
+
+
+def check_measured(*values):
+    """``"numpy"`` or ``"cupy"``: the namespace of the arrays among ``values`` (bare, in a
+    Tensor or in a Module's parameters), which must be all NumPy or all CuPy arrays;
+    ``NotImplementedError`` for any other namespace or a mix."""
+    names = set()
+    for value in values:
+        if isinstance(value, nn.Module):
+            names.update(_namespace_names(value.parameters()))
+        else:
+            names.update(_namespace_names([value]))
+    if names - {"numpy", "cupy"} or len(names) > 1:
+        raise NotImplementedError(
+            f"memory is measured for NumPy arrays (tracemalloc) or CuPy arrays (a hook on "
+            f"its memory pool), one of them at a time; got arrays of {sorted(names)}")
+    return names.pop() if names else "numpy"
+
+
+def _namespace_names(values):
+    for value in values:
+        array = value.data if isinstance(value, Tensor) else value
+        if backend.is_array(array):
+            yield backend.namespace_name(backend.get_namespace(array))
 
 
 def check_numpy(*values):
@@ -84,14 +141,15 @@ def check_numpy(*values):
 
 
 def check_update(model, optimizer, x, y):
-    """``(x, y)`` checked for measuring an update of ``model`` by ``optimizer`` (NumPy)."""
+    """``(x, y)`` checked for measuring an update of ``model`` by ``optimizer`` (NumPy or
+    CuPy, see ``check_measured``)."""
     x, y = as_batch(x, y)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if optimizer is None:
         raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None")
     check_optimizer(optimizer, model.parameters())
-    check_numpy(model, x, y)
+    check_measured(model, x, y)
     return x, y
 
 

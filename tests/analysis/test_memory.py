@@ -59,11 +59,11 @@ def test_tracing_is_left_as_it_was_found():
 def test_other_namespaces_are_refused(name):
     pytest.importorskip(name)
     xp = backend.resolve_namespace(name)
-    with pytest.raises(NotImplementedError, match="only NumPy arrays are measured"):
+    with pytest.raises(NotImplementedError, match=f"NumPy arrays .* or CuPy arrays .*{name}"):
         peak_bytes(lambda a: a, xp.asarray([1.0]))
     model = nn.MLP([3, 4, 2], xp=xp)
     x, y = xp.asarray(np.zeros((4, 3))), xp.asarray(np.zeros(4, dtype=np.int64))
-    with pytest.raises(NotImplementedError, match="CuPy's allocator is future work"):
+    with pytest.raises(NotImplementedError, match=f"one of them at a time; got .*{name}"):
         update_memory(model, nn.CrossEntropyLoss(), optim.SGD(model.parameters(), lr=0.1),
                       x, y)
 
@@ -153,3 +153,30 @@ def test_models_outside_the_theory_get_none():
     assert update_memory(model, nn.CrossEntropyLoss(), opt, x, y)["theory"] is None
     with pytest.raises(ValueError, match="not a Sequential of Linear"):
         theoretical_peak(model, nn.CrossEntropyLoss(), opt, x, [6])
+
+
+# ----- CuPy: a hook on the memory pool (runs only where a GPU is present) -------------------
+def test_the_pool_hook_counts_a_cupy_allocation_in_the_pools_blocks(cupy_xp):
+    import cupy
+
+    _, peak = peak_bytes(cupy.ones, 1000)  # 8000 bytes in one block of 512-byte units
+    assert peak == 8192
+
+
+def test_an_update_on_cupy_is_measured_and_splits_its_peak(cupy_xp):
+    sizes = [64, 128, 10]
+    model = nn.MLP(sizes, seed=0, xp=cupy_xp)
+    opt = optim.Adam(model.parameters())
+    x, y = _batch(sizes, 64, "float64")
+    x, y = cupy_xp.asarray(x), cupy_xp.asarray(y)
+    report = update_memory(model, nn.CrossEntropyLoss(), opt, x, y, micro_batch_size=32)
+    assert report["parameters"] == 8 * (64 * 128 + 128 + 128 * 10 + 10)
+    assert report["optimizer_state"] == 2 * report["parameters"]
+    # at least the new parameters and the gradients exist at once during the update
+    assert report["peak"] >= 2 * report["parameters"]
+
+
+def test_a_mix_of_numpy_and_another_namespace_is_refused():
+    strict = backend.resolve_namespace("array_api_strict")
+    with pytest.raises(NotImplementedError, match=r"\['array_api_strict', 'numpy'\]"):
+        peak_bytes(lambda a, b: a, np.ones(3), strict.ones(3))
