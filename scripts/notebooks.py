@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,9 @@ def execute(path: Path, out_dir: Path = BUILD, reuse: bool = True) -> tuple[Path
         if meta.get("key") == wanted:
             return out, float(meta.get("seconds", 0.0))
     nb = nbformat.read(path, as_version=4)
+    # The kernel inherits this: the notebooks' matrix products are small, and on a loaded
+    # 2-core machine OpenBLAS's spinning threads made them several times slower.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     client = NotebookClient(
         nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},

@@ -372,6 +372,10 @@ def trajectory_bounds(make, make_optimizer, loss, batches, sizes, *, max_grad_no
                               max_grad_norm, u)
     batch_norm = any(isinstance(layer, nn.BatchNorm1d) for layer in full)
     for t, (x, y) in enumerate(batches):
+        # The measurements run training-mode forwards, which move BatchNorm's running
+        # statistics: put them back before the real updates (buffers are replaced, never
+        # written into, so keeping the references keeps the values).
+        buffers = [dict(m.named_buffers()) for m in (full, acc)]
         with _run("full-batch", t):
             g_full = flat(accumulated_gradients(full, loss, x, y, step_index=t).values())
         with _run("accumulated", t):
@@ -385,6 +389,8 @@ def trajectory_bounds(make, make_optimizer, loss, batches, sizes, *, max_grad_no
         theta, before, lr = flat(p.data for p in full.parameters()), \
             optimizer_state(opts["full"]), opts["full"].lr
         assert opts["acc"].lr == lr
+        for model, saved in zip((full, acc), buffers):
+            model.set_buffers(saved)
         with _run("full-batch", t):
             step(full, loss, opts["full"], x, y, max_grad_norm=max_grad_norm,
                  scheduler=scheds["full"])

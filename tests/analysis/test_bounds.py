@@ -94,3 +94,27 @@ def test_a_float32_trajectory_needs_the_float32_bound():
                      for full, acc, bound in replay]
     assert max(ratios[U32]) <= 1.0
     assert max(ratios[U64]) > 1.0
+
+
+def test_trajectory_bounds_leaves_batchnorm_statistics_to_the_updates():
+    # The bound's measurements run training-mode forwards; the yielded models must carry
+    # the running statistics of their updates alone, as models trained by step() do.
+    import numpy as np
+
+    from minigrad import accumulate, nn, optim
+    from minigrad.analysis.bounds import trajectory_bounds
+
+    def make():
+        return nn.MLP([3, 4, 2], norm="batch", seed=0)
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(8, 3)), rng.integers(0, 2, 8)) for _ in range(2)]
+    loss = nn.CrossEntropyLoss()
+    plain = make()
+    opt = optim.SGD(plain.parameters(), lr=0.1)
+    for x, y in batches:
+        accumulate.step(plain, loss, opt, x, y)
+    *_, (full, _, _) = trajectory_bounds(make, lambda p: optim.SGD(p, lr=0.1), loss,
+                                         batches, [4, 4])
+    for (name, a), (_, b) in zip(plain.named_buffers(), full.named_buffers()):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), name
