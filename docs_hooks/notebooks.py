@@ -60,7 +60,8 @@ def _page(path: Path) -> str:
 
 
 def on_config(config, **kwargs):
-    entries = [{_intro(path)[0]: _page(path)} for path in runner.notebooks()]
+    entries = [{f"{int(path.name[:2])}. {_intro(path)[0]}": _page(path)}
+               for path in runner.notebooks()]
     for item in config["nav"]:
         if isinstance(item, dict) and SECTION in item:
             item[SECTION] = [*item[SECTION], *entries]

@@ -154,8 +154,14 @@ def test_array_dispatch_strict_is_bitwise_and_torch_within_the_bound():
 
 def test_memory_shrinks_with_the_micro_batch_and_the_planner_fits():
     outputs = run_page("memory")
-    peaks = [number(r[1]) for r in table(outputs[0])]
-    assert peaks == sorted(peaks, reverse=True)
+    rows = table(outputs[0])
+    # The theory falls with the micro-batch until the update's floor, then stays; the
+    # measured peak lies above it by the step's Python objects (the theory neglects them,
+    # about 15 KiB), within the 15% of memory.py's tests, so near the floor two measured
+    # peaks may swap by a few KiB.
+    theory = [number(r[6]) for r in rows]
+    assert theory == sorted(theory, reverse=True) and theory[0] > theory[-1]
+    assert all(1.0 <= number(r[7]) <= 1 / 0.85 for r in rows)
     whole, per_micro, summed = (number(r[1]) for r in table(outputs[1]))
     assert per_micro < whole / 2 < summed
     assert "chosen: `micro_batch_size=" in outputs[2]
