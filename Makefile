@@ -67,6 +67,7 @@ readme: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run.py --dtypes float32,float64 --wait-idle 600 --json benchmarks/results.json --docs docs/benchmarks.md
 	$(PY) benchmarks/exact_batchnorm.py
+	$(PY) benchmarks/memory.py --json benchmarks/memory.json --docs docs/benchmarks-memory.md
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --quick
