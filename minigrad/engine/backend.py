@@ -86,6 +86,12 @@ def is_array(x):
     return array_api_compat.is_array_api_obj(x)
 
 
+def is_column_major(x):
+    """True for a 2-D NumPy array laid out column by column only (a transposed matrix)."""
+    return (type(x) is np.ndarray and x.ndim == 2 and x.flags.f_contiguous
+            and not x.flags.c_contiguous)
+
+
 def size(x):
     """The number of elements of array ``x`` (``x.size`` is a method on PyTorch tensors)."""
     n = array_api_compat.size(x)

@@ -14,8 +14,6 @@ array([2., 4., 6.])
 import numbers
 import operator
 
-import numpy as np
-
 from minigrad.engine import backend, graph, shapes, validate
 from minigrad.engine.graph import is_grad_enabled, no_grad
 
@@ -386,12 +384,6 @@ def _broadcasting(name, op, a, b):
         raise
 
 
-def _column_major(y):
-    """True for a 2-D NumPy array laid out column by column only (a transposed matrix)."""
-    return (type(y) is np.ndarray and y.ndim == 2 and y.flags.f_contiguous
-            and not y.flags.c_contiguous)
-
-
 def _matmul(a, b):
     xp = a.xp
     x, y = a.data, b.data
@@ -400,7 +392,7 @@ def _matmul(a, b):
         gx = g @ xp.matrix_transpose(y) if a.requires_grad else None
         if not b.requires_grad:
             return gx, None
-        if x.ndim == 2 and _column_major(y):
+        if x.ndim == 2 and backend.is_column_major(y):
             # PyTorch's rule (mm_mat2_backward): a column-major y, such as the W.T of a
             # Linear layer, gets a column-major gradient (g^T x)^T, the same products, so
             # that W's own gradient is row-major like W. Mixing layouts makes NumPy's
