@@ -42,7 +42,8 @@ def test_gradients_take_the_parameters_bytes_for_every_batch_size():
 def test_gradient_memory_is_numpy_only():
     torch = pytest.importorskip("torch")
     x, y = _data(4)
-    with pytest.raises(NotImplementedError, match="only NumPy arrays"):
+    with pytest.raises(NotImplementedError,
+                       match="uses tracemalloc, which sees NumPy.s buffers only; got a torch"):
         gradient_memory(lambda: nn.MLP(SIZES, xp=torch), nn.CrossEntropyLoss(),
                         torch.asarray(x), torch.asarray(y))
 
