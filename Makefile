@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(PY) -m minigrad demo --out build
 
 test: $(STAMP) browser
-	$(PY) -m ruff check minigrad tests benchmarks scripts docs_hooks
+	$(PY) -m ruff check minigrad tests benchmarks scripts docs_hooks notebooks
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
