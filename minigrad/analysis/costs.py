@@ -17,16 +17,14 @@
 True
 """
 
-import gc
 import os
 import platform
 import time
-import tracemalloc
 
 import numpy as np
 
 from minigrad.accumulate import as_loss, step
-from minigrad.analysis.memory import check_numpy
+from minigrad.analysis.memory import check_numpy, peak_and_held
 from minigrad.engine import Tensor, validate
 
 
@@ -70,19 +68,8 @@ def gradient_memory(make_model, loss_fn, x, y):
     def forward_backward():
         loss(model(Tensor(x)), y).backward()
 
-    gc.collect()  # empty CPython's free lists, as memory.peak_bytes does
-    started = not tracemalloc.is_tracing()
-    if started:
-        tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        forward_backward()
-        current, peak = tracemalloc.get_traced_memory()
-    finally:
-        if started:
-            tracemalloc.stop()
-    return {"peak": max(0, peak - base), "held": max(0, current - base),
+    _, peak, held = peak_and_held(forward_backward)
+    return {"peak": peak, "held": held,
             "gradients": sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)}
 
 

@@ -46,8 +46,9 @@ from minigrad.analysis.bounds import (
 )
 from minigrad.engine import backend, validate
 
-# Namespaces whose functions are NumPy's, called on NumPy arrays (bit-identical results).
 SAME_KERNELS_AS_NUMPY = ("numpy", "array_api_strict")
+"""Namespaces whose functions are NumPy's, called on NumPy arrays: their results are
+bit-identical to NumPy's."""
 
 
 def same_kernels(name):

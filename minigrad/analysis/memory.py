@@ -59,6 +59,13 @@ def peak_bytes(fn, *args, **kwargs):
     Arrays among the arguments (bare, in Tensors, in Modules) must be NumPy arrays, or all
     CuPy arrays: then the same peak is counted on CuPy's memory pool (``_pool_peak``).
     """
+    result, peak, _ = peak_and_held(fn, *args, **kwargs)
+    return result, peak
+
+
+def peak_and_held(fn, *args, **kwargs):
+    """``(fn(*args, **kwargs), peak, held)``: ``peak_bytes``'s peak, and ``held``, the
+    memory newly allocated that is still allocated when ``fn`` has returned (both >= 0)."""
     if check_measured(*args, *kwargs.values()) == "cupy":
         return _pool_peak(fn, args, kwargs)
     gc.collect()
@@ -69,16 +76,17 @@ def peak_bytes(fn, *args, **kwargs):
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
         result = fn(*args, **kwargs)
-        peak = tracemalloc.get_traced_memory()[1] - base
+        current, peak = tracemalloc.get_traced_memory()
     finally:
         if started:
             tracemalloc.stop()
-    return result, max(peak, 0)
+    return result, max(peak - base, 0), max(current - base, 0)
 
 
 def _pool_peak(fn, args, kwargs):
-    """``peak_bytes`` for CuPy: a memory hook on the pool adds each block it hands out and
-    subtracts each block given back; the peak of that running sum is the peak."""
+    """``peak_and_held`` for CuPy: a memory hook on the pool adds each block it hands out
+    and subtracts each block given back; the peak of that running sum is the peak, its end
+    what is held."""
     import cupy
     from cupy.cuda import memory_hook
 
@@ -102,7 +110,7 @@ def _pool_peak(fn, args, kwargs):
     with hook:
         result = fn(*args, **kwargs)
         stream.synchronize()
-    return result, hook.peak
+    return result, hook.peak, max(hook.now, 0)
 
 
 def check_measured(*values):

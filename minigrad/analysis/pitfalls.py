@@ -48,8 +48,12 @@ from minigrad.engine import backend, validate
 
 MISTAKES = ("none", "adam_count", "schedule", "weight_decay", "clipping", "zero_grad",
             "step_each")
-# The four that are about counting: what must happen once per update, done per micro-batch.
+"""The choices of ``mistake``: none, or one thing done per micro-batch that belongs to the
+update (Adam's count, the schedule, weight decay, clipping), gradients zeroed inside the
+window, or an optimizer step after every micro-batch."""
 STEP_ACCOUNTING = ("adam_count", "schedule", "weight_decay", "clipping")
+"""The four mistakes about counting: what must happen once per update, done per
+micro-batch."""
 
 
 def _check_mistake(mistake, optimizer, max_grad_norm, scheduler):

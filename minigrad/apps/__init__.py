@@ -1,5 +1,6 @@
-"""The applications: the ``minigrad`` command line and the data sets it trains on."""
+"""The applications: the ``minigrad`` command line, the data sets it trains on, and the
+notebooks' figures (``plotting``; matplotlib is imported only when a figure is made)."""
 
-from minigrad.apps import cli, data
+from minigrad.apps import cli, data, plotting
 
-__all__ = ["cli", "data"]
+__all__ = ["cli", "data", "plotting"]

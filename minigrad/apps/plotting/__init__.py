@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from minigrad.engine import validate
 
-# Large enough to read on the site and in a notebook at 100% zoom.
 STYLE = {
     "figure.dpi": 110,
     "savefig.dpi": 110,
@@ -25,6 +24,8 @@ STYLE = {
     "axes.spines.top": False,
     "axes.spines.right": False,
 }
+"""matplotlib settings of every figure: large enough to read on the site and in a notebook at
+100% zoom, a light grid, no top and right spines."""
 
 
 def pyplot():
