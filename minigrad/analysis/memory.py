@@ -117,12 +117,7 @@ def check_measured(*values):
     """``"numpy"`` or ``"cupy"``: the namespace of the arrays among ``values`` (bare, in a
     Tensor or in a Module's parameters), which must be all NumPy or all CuPy arrays;
     ``NotImplementedError`` for any other namespace or a mix."""
-    names = set()
-    for value in values:
-        if isinstance(value, nn.Module):
-            names.update(_namespace_names(value.parameters()))
-        else:
-            names.update(_namespace_names([value]))
+    names = set(_namespace_names(values))
     if names - {"numpy", "cupy"} or len(names) > 1:
         raise NotImplementedError(
             f"memory is measured for NumPy arrays (tracemalloc) or CuPy arrays (a hook on "
@@ -131,7 +126,12 @@ def check_measured(*values):
 
 
 def _namespace_names(values):
+    """The namespace name of each array among ``values``: bare, in a Tensor, or a Module's
+    parameters."""
     for value in values:
+        if isinstance(value, nn.Module):
+            yield from _namespace_names(value.parameters())
+            continue
         array = value.data if isinstance(value, Tensor) else value
         if backend.is_array(array):
             yield backend.namespace_name(backend.get_namespace(array))
@@ -140,18 +140,12 @@ def _namespace_names(values):
 def check_numpy(*values):
     """``NotImplementedError`` unless every array among ``values`` (bare, in a Tensor or in a
     Module's parameters) is a NumPy array."""
-    for value in values:
-        if isinstance(value, nn.Module):
-            check_numpy(*value.parameters())
-            continue
-        array = value.data if isinstance(value, Tensor) else value
-        if backend.is_array(array):
-            name = backend.namespace_name(backend.get_namespace(array))
-            if name != "numpy":
-                raise NotImplementedError(
-                    f"this measurement uses tracemalloc, which sees NumPy's buffers only; got "
-                    f"a {name} array (peak_bytes and update_memory measure CuPy through its "
-                    f"memory pool)")
+    for name in _namespace_names(values):
+        if name != "numpy":
+            raise NotImplementedError(
+                f"this measurement uses tracemalloc, which sees NumPy's buffers only; got "
+                f"a {name} array (peak_bytes and update_memory measure CuPy through its "
+                f"memory pool)")
 
 
 def check_update(model, optimizer, x, y):

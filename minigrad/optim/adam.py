@@ -57,10 +57,15 @@ def check_hyperparams(*, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0
 def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
     """One Adam update: ``(new_params, new_state)``; the inputs are left unchanged."""
     h = check_hyperparams(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    check_arrays(grads, state, params)
+    return apply(grads, state, params, **h)
+
+
+def check_arrays(grads, state, params):
+    """The gradients and both moments checked against the parameters (``check_like``)."""
     _checks.check_like(grads, params, "grads[{}]")
     _checks.check_like(state.mu, params, "state.mu[{}]")
     _checks.check_like(state.nu, params, "state.nu[{}]")
-    return apply(grads, state, params, **h)
 
 
 def apply(grads, state, params, *, lr, betas, eps, weight_decay):

@@ -15,7 +15,7 @@ The state is Adam's: ``AdamState(count, mu, nu)``.
 array([1.75])
 """
 
-from minigrad.optim import _checks, adam
+from minigrad.optim import adam
 
 init = adam.init
 
@@ -28,9 +28,7 @@ def check_hyperparams(*, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-
 def update(grads, state, params, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
     """One AdamW update: ``(new_params, new_state)``; the inputs are left unchanged."""
     h = check_hyperparams(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    _checks.check_like(grads, params, "grads[{}]")
-    _checks.check_like(state.mu, params, "state.mu[{}]")
-    _checks.check_like(state.nu, params, "state.nu[{}]")
+    adam.check_arrays(grads, state, params)
     return apply(grads, state, params, **h)
 
 

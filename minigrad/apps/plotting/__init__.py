@@ -8,7 +8,7 @@ one notebook each on :func:`axes` and :func:`finish`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from minigrad.engine import validate
 
@@ -70,6 +70,22 @@ def finish(fig, *, legend: bool = True):
     return fig
 
 
+def labelled(values, name, *, most, each, noun):
+    """``values`` (label -> numbers) checked as a non-empty mapping of at most ``most``
+    entries (more do not stay readable on one axis); returns ``(label, float64 NumPy
+    array)`` pairs. ``each`` says what a label maps to and ``noun`` what the entries are,
+    for messages. The shape of each array is the caller's to check."""
+    import numpy as np
+
+    if not isinstance(values, Mapping) or not values:
+        raise TypeError(f"{name} must be a non-empty dict of label -> {each}, got "
+                        f"{type(values).__name__}")
+    if len(values) > most:
+        raise ValueError(f"{name} holds {len(values)} {noun}; at most {most} stay readable "
+                         "on one axis")
+    return [(label, np.asarray(v, dtype=np.float64)) for label, v in values.items()]
+
+
 def _per_panel(label, n, name):
     if isinstance(label, str):
         return [label] * n
@@ -80,4 +96,4 @@ def _per_panel(label, n, name):
     return labels
 
 
-__all__ = ["STYLE", "axes", "finish", "pyplot"]
+__all__ = ["STYLE", "axes", "finish", "labelled", "pyplot"]

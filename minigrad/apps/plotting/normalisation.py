@@ -15,11 +15,9 @@ the number of micro-batches.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
-from minigrad.apps.plotting import axes, finish
+from minigrad.apps.plotting import axes, finish, labelled
 
 MARKERS = ["o", "s", "^", "D", "v", "P"]
 COLOURS = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown"]
@@ -33,15 +31,9 @@ def _series(x, values, name):
     if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError(f"x must be a non-empty 1-d sequence of finite numbers, got shape "
                          f"{x.shape}")
-    if not isinstance(values, Mapping) or not values:
-        raise TypeError(f"{name} must be a non-empty dict of label -> one value per x, got "
-                        f"{type(values).__name__}")
-    if len(values) > len(MARKERS):
-        raise ValueError(f"{name} holds {len(values)} series; at most {len(MARKERS)} stay "
-                         "readable on one axis")
     checked = {}
-    for label, v in values.items():
-        v = np.asarray(v, dtype=np.float64)
+    for label, v in labelled(values, name, most=len(MARKERS), each="one value per x",
+                             noun="series"):
         if v.shape != x.shape or np.any(v < 0) or not np.all(np.isfinite(v)):
             raise ValueError(f"{name}[{label!r}] must hold {x.size} finite numbers >= 0, one "
                              f"per x, got {v.tolist()}")

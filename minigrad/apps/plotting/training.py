@@ -15,11 +15,9 @@ the largest gap / bound per update against the line 1 it must stay under.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
-from minigrad.apps.plotting import axes, finish
+from minigrad.apps.plotting import axes, finish, labelled
 
 # (line style, marker) of the 1st, 2nd, ... curve: solid, then dashed/dotted with markers.
 STYLES = [("-", None), ("--", "o"), (":", "s"), ("-.", "^"), ((0, (5, 2, 1, 2)), "D"),
@@ -31,15 +29,9 @@ LOSS_LABEL = "training loss (mean cross-entropy per sample)"
 def _curves(curves, name):
     """``curves`` (label -> per-update values) checked: a non-empty mapping of 1-d,
     non-empty sequences of finite numbers, at most ``len(STYLES)`` of them."""
-    if not isinstance(curves, Mapping) or not curves:
-        raise TypeError(f"{name} must be a non-empty dict of label -> per-update values, "
-                        f"got {type(curves).__name__}")
-    if len(curves) > len(STYLES):
-        raise ValueError(f"{name} holds {len(curves)} curves; at most {len(STYLES)} stay "
-                         "readable on one axis")
     checked = {}
-    for label, values in curves.items():
-        values = np.asarray(values, dtype=np.float64)
+    for label, values in labelled(curves, name, most=len(STYLES), each="per-update values",
+                                  noun="curves"):
         if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
             raise ValueError(f"{name}[{label!r}] must be a non-empty 1-d sequence of finite "
                              f"numbers (one per update), got shape {values.shape}")
