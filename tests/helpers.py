@@ -71,3 +71,15 @@ def uses_numpy_kernels(xp):
     """Whether ``xp`` computes with NumPy's own functions (NumPy, array-api-strict), so that
     the same operations on the same numbers give the same bits as NumPy does."""
     return backend.namespace_name(xp) in ("numpy", "array_api_strict")
+
+
+def require_mpi():
+    """Skip, saying why, unless mpi4py and an ``mpirun`` are there to launch real ranks."""
+    import pytest
+
+    from minigrad.apps import mpi_demo
+
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install minigrad[dist])")
+    if mpi_demo.mpirun() is None:
+        pytest.skip("no mpirun beside the Python executable or on PATH "
+                    "(pip install minigrad[dist] brings Open MPI)")

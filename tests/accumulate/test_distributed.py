@@ -38,7 +38,7 @@ if __name__ == "__main__":  # the MPI worker: the helpers that conftest.py puts 
     sys.path.insert(0, os.path.dirname(HERE))
 
 from dyadic import coarsen, dyadic_mlp, regression  # noqa: E402
-from helpers import to_np  # noqa: E402
+from helpers import require_mpi, to_np  # noqa: E402
 
 from minigrad import backend, nn, optim  # noqa: E402
 from minigrad.accumulate import distributed  # noqa: E402
@@ -194,10 +194,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def ranks():
     """Every case's result on rank 0 and rank 1, from one 2-rank launch."""
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install minigrad[dist])")
-    if mpi_demo.mpirun() is None:
-        pytest.skip("no mpirun beside the Python executable or on PATH "
-                    "(pip install minigrad[dist] brings Open MPI)")
+    require_mpi()
     status, out, err = mpi_demo.launch(2, [os.path.abspath(__file__)], timeout=240)
     lines = [line for line in out.splitlines() if line.startswith(MARK)]
     assert status == 0 and lines, f"mpirun failed ({status}):\n{out[-3000:]}\n{err[-3000:]}"

@@ -4,16 +4,14 @@ and communication table are checked; the flags are checked without MPI."""
 import re
 
 import pytest
+from helpers import require_mpi
 
 from minigrad.apps import cli, mpi_demo
 
 
 @pytest.fixture(scope="module")
 def demo():
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install minigrad[dist])")
-    if mpi_demo.mpirun() is None:
-        pytest.skip("no mpirun beside the Python executable or on PATH "
-                    "(pip install minigrad[dist] brings Open MPI)")
+    require_mpi()
     status, out, err = mpi_demo.launch(2, ["-m", "minigrad", "mpi-demo", "--quick"],
                                        timeout=240)
     return status, out.splitlines(), err
