@@ -102,6 +102,8 @@ def size(x):
 
 def device(x):
     """The device that array ``x`` lives on."""
+    if type(x) is np.ndarray:  # array-api-compat's answer for NumPy, without its checks
+        return "cpu"
     return array_api_compat.device(x)
 
 
@@ -131,7 +133,16 @@ def as_dtype(xp, name, floating=True):
 
 def is_floating(xp, x):
     """Whether ``x`` has a real floating-point dtype."""
+    if type(x) is np.ndarray:  # the same answer as numpy.isdtype, without its ~2 us
+        return x.dtype.kind == "f"
     return xp.isdtype(x.dtype, "real floating")
+
+
+def is_integral(xp, x):
+    """Whether ``x`` has a (signed or unsigned) integer dtype; bool is not one."""
+    if type(x) is np.ndarray:
+        return x.dtype.kind in "iu"
+    return xp.isdtype(x.dtype, "integral")
 
 
 def is_exact(x):

@@ -23,7 +23,8 @@ from minigrad.engine.tensor import Tensor
 
 # Method names of Tensor's operators, and _matmul, as the short names people write.
 _SHORT = {"__add__": "add", "__mul__": "mul", "__truediv__": "div", "__neg__": "neg",
-          "__pow__": "pow", "__rpow__": "rpow", "_matmul": "matmul"}
+          "__pow__": "pow", "__rpow__": "rpow", "_matmul": "matmul",
+          "_cross_entropy": "cross_entropy"}
 
 
 @dataclass(frozen=True)

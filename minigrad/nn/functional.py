@@ -1,13 +1,14 @@
 """Composite functions built from the engine's primitives (PyTorch semantics).
 
-Only ``log_softmax`` is a primitive of its own: it is fused so that logits of +-1e4 give
-finite values and gradients. Everything else needs no backward code.
+Three are primitives of their own, fused so that logits of +-1e4 give finite values and
+gradients: ``log_softmax``, ``sigmoid`` and ``cross_entropy`` (one node for the loss of a
+batch, where the composite of log_softmax, a gather, a mask and the reduction takes eight).
+Everything else needs no backward code.
 """
 
 import math
 
 from minigrad.engine import backend, validate
-from minigrad.engine.functions import take_along_axis
 from minigrad.engine.tensor import Tensor, primitive
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -130,7 +131,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     if not backend.is_array(target):
         target = xp.asarray(target, device=logits.device)
     backend.get_namespace(logits.data, target)
-    if not xp.isdtype(target.dtype, "integral"):
+    if not backend.is_integral(xp, target):
         raise TypeError(f"target must hold integer class indices, got dtype {target.dtype}")
     if logits.ndim == 0:
         raise ValueError("logits must have shape (C,), (N, C) or (N, C, d1, ...), got ()")
@@ -141,19 +142,87 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
         raise ValueError(f"target has shape {tuple(target.shape)}, expected {expected} for "
                          f"logits of shape {logits.shape}")
     n_classes = logits.shape[1] if logits.ndim > 1 else logits.shape[0]
-    kept = target != ignore_index
-    if bool(xp.any(kept & ((target < 0) | (target >= n_classes)))):
-        raise ValueError(f"target labels must lie in [0, {n_classes}) or equal "
-                         f"ignore_index={ignore_index}")
+    kept = _kept(xp, target, n_classes, ignore_index)
     # Classes on the last axis, everything else flattened to rows: (rows, C).
     if logits.ndim != 2:
         axes = (0,) + tuple(range(2, logits.ndim)) + (1,) if logits.ndim > 1 else (0,)
         logits = logits.transpose(axes).reshape(-1, n_classes)
-    safe = xp.where(kept, target, xp.zeros_like(target))
-    picked = take_along_axis(log_softmax(logits, axis=1), xp.reshape(safe, (-1, 1)), axis=1)
-    weight = Tensor(xp.astype(xp.reshape(kept, (-1,)), logits.dtype))
-    loss = (-picked.reshape(-1) * weight).reshape(tuple(target.shape))
-    return _reduce(loss, reduction, int(xp.sum(xp.astype(kept, xp.int64))))
+    shape = tuple(target.shape)
+    if kept is None:  # every target counts
+        return _cross_entropy(logits, xp.reshape(target, (-1, 1)), None, reduction,
+                              logits.shape[0], shape)
+    rows_kept = xp.reshape(kept, (-1,))
+    safe = xp.reshape(xp.where(kept, target, xp.zeros_like(target)), (-1, 1))
+    count = int(xp.sum(xp.astype(rows_kept, xp.int64))) if reduction == "mean" else None
+    return _cross_entropy(logits, safe, rows_kept, reduction, count, shape)
+
+
+def _kept(xp, target, n_classes, ignore_index):
+    """The mask of the targets that count (those not equal to ``ignore_index``), or None
+    when all of them do; ``ValueError`` for a label outside [0, C) that is not ignored.
+
+    The usual batch (labels in [0, C), ignore_index outside their range) is settled by its
+    minimum and maximum, without the masks.
+    """
+    if backend.size(target):
+        low, high = int(xp.min(target)), int(xp.max(target))
+        if 0 <= low and high < n_classes and not low <= ignore_index <= high:
+            return None
+    kept = target != ignore_index
+    if bool(xp.any(kept & ((target < 0) | (target >= n_classes)))):
+        raise ValueError(f"target labels must lie in [0, {n_classes}) or equal "
+                         f"ignore_index={ignore_index}")
+    return kept
+
+
+def _cross_entropy(logits, safe, kept, reduction, count, shape):
+    """Cross-entropy of (rows, C) logits as ONE primitive, as torch's fused kernels do.
+
+    Forward, per row r with target t_r, shift c_r = max_j z_rj and lse_r =
+    log sum_j exp(z_rj - c_r):  loss_r = lse_r - (z_rt - c_r), which is -log_softmax(z)_rt;
+    0 where the target is ignored; then the reduction (``"mean"`` divides the sum by
+    ``count``, the kept rows; over none it is NaN with a zero gradient, as in torch).
+    ``kept`` is None when every row counts: the masks are left out, not applied as all-true.
+
+    Backward, with s_r the gradient reaching loss_r (g, g / count, or 0 where ignored) and
+    p = softmax(z) = exp(z - c - lse):  dz_rj = p_rj s_r - [j = t_r] s_r, the classic
+    "softmax minus one-hot". It is evaluated as torch's log_softmax backward evaluates
+    g - exp(out) * sum(g) for g = -s one-hot: p s everywhere, p s - s at the target. So it
+    is bit for bit the composite ``take_along_axis(log_softmax(z), t)`` with its reshapes,
+    negation, mask and reduction (tests/nn check ``==``), in one node instead of eight.
+    """
+    xp, z = logits.xp, logits.data
+    shifted = z - xp.max(z, axis=1, keepdims=True)
+    lse = xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
+    losses = xp.reshape(lse - xp.take_along_axis(shifted, safe, axis=1), (-1,))
+    if kept is not None:
+        zeros = xp.zeros_like(losses)
+        losses = xp.where(kept, losses, zeros)
+    if reduction == "none":
+        out = xp.reshape(losses, shape)
+    elif reduction == "sum":
+        out = xp.sum(losses)
+    elif count:
+        total = xp.asarray(count, dtype=z.dtype, device=backend.device(z))
+        out = xp.sum(losses) / total
+    else:
+        out = xp.sum(losses) * 0.0 + float("nan")
+
+    def backward(g):
+        if reduction == "none":
+            s = xp.reshape(g, (-1,))
+        elif reduction == "sum":
+            s = g
+        else:
+            s = g / total if count else g * 0.0
+        if kept is not None:
+            s = xp.where(kept, s, zeros)
+        s = xp.reshape(s, (-1, 1)) if s.ndim else s
+        ps = xp.exp(shifted - lse) * s
+        target = safe == xp.arange(z.shape[1], dtype=safe.dtype, device=backend.device(z))
+        return xp.where(target, ps - s, ps)
+
+    return primitive(out, (logits,), backward)
 
 
 def mse_loss(input, target, reduction="mean"):

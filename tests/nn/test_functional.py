@@ -12,6 +12,7 @@ from helpers import as_numpy as _np
 from helpers import leaf as _tensor
 from helpers import other_namespace as _other
 
+from minigrad.engine.functions import take_along_axis
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import Dropout
 from minigrad.nn import functional as F
@@ -95,6 +96,48 @@ def test_dropout_gradient_is_mask_times_scale(xp):
     out.sum().backward()
     kept = _np(out) != 0.0  # no x is 0, so an output is 0 exactly where it was dropped
     assert np.array_equal(_np(x.grad), np.where(kept, 1.0 / 0.75, 0.0))
+
+
+# ----- the fused cross-entropy is the composite, bit for bit --------------------------------
+def _composite_cross_entropy(logits, target, reduction, ignore_index):
+    """Cross-entropy of (rows, C) logits from the engine's primitives (log_softmax, a gather,
+    reshapes, a negation, a mask, the reduction): what F.cross_entropy fuses into one node."""
+    xp = logits.xp
+    kept = target != ignore_index
+    safe = xp.reshape(xp.where(kept, target, xp.zeros_like(target)), (-1, 1))
+    picked = take_along_axis(F.log_softmax(logits, axis=1), safe, axis=1)
+    weight = Tensor(xp.astype(kept, logits.dtype))
+    loss = -picked.reshape(-1) * weight
+    count = int(xp.sum(xp.astype(kept, xp.int64)))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / count if count else loss.sum() * 0.0 + float("nan")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", range(6))
+def test_fused_cross_entropy_equals_the_composite_bit_for_bit(xp, reduction, dtype, case):
+    # Both evaluate the same IEEE operations on the same operands (the derivation is in
+    # F._cross_entropy's docstring): loss lse - z_t is -(z_t - lse) exactly; the gradient
+    # p s - s at the target is -s - (p (-s)) and p s elsewhere is 0 - p (-s). So ``==``.
+    rng = np.random.default_rng(case)
+    rows, classes = [(1, 1), (7, 4), (64, 10), (33, 3), (5, 2), (128, 17)][case]
+    z = rng.normal(scale=[1.0, 3.0, 30.0][case % 3], size=(rows, classes))
+    y = rng.integers(0, classes, size=rows)
+    y[rng.random(rows) < [0.0, 0.3, 0.1, 1.0, 0.0, 0.2][case]] = -100  # case 3: all ignored
+    seed = rng.normal(size=rows) if reduction == "none" else rng.normal()
+    results = []
+    for loss_fn in (F.cross_entropy, _composite_cross_entropy):
+        logits = _tensor(xp, z, dtype=dtype)
+        loss = loss_fn(logits, xp.asarray(y), reduction, -100)
+        loss.backward(xp.asarray(seed, dtype=getattr(xp, dtype)))
+        results.append((_np(loss), _np(logits.grad)))
+    (fused, fused_grad), (composite, composite_grad) = results
+    assert np.array_equal(fused, composite, equal_nan=True)
+    assert np.array_equal(fused_grad, composite_grad)
 
 
 # ----- exact tiny cases ----------------------------------------------------------------------
