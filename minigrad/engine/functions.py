@@ -42,7 +42,7 @@ def linear(x, weight, bias=None):
                          f"shape {tuple(W.shape)}, got {tuple(bias.shape)}")
     y = X @ xp.matrix_transpose(W)
     if bias is not None:
-        y = y + bias.data
+        y += bias.data  # in place: y is the product's fresh array, no second (N, out) array
     inputs = (x, weight) if bias is None else (x, weight, bias)
 
     def backward(g):

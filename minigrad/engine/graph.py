@@ -91,12 +91,13 @@ def backward(root, gradient, retain_graph=False):
         g = grads.pop(id(node), None)
         if g is None:
             continue
-        if node._backward is None:
-            if g.dtype != node.dtype:
-                g = xp.astype(g, node.dtype)
+        rule = node._backward
+        if rule is None:
+            if g.dtype != node.data.dtype:
+                g = xp.astype(g, node.data.dtype)
             leaves.append((node, g))
             continue
-        grads_in = node._backward(g)
+        grads_in = rule(g)
         parents = node._parents
         if not retain_graph:
             node._backward, node._parents = _freed, ()
@@ -107,10 +108,11 @@ def backward(root, gradient, retain_graph=False):
                 continue
             if not hasattr(pg, "shape"):  # a bare Fraction from a 0-d object array
                 pg = xp.asarray(pg, dtype=parent.dtype)
-            pg = unbroadcast(xp, pg, parent.shape)
+            if pg.shape != parent.data.shape:
+                pg = unbroadcast(xp, pg, parent.shape)
             key = id(parent)
             grads[key] = pg if key not in grads else grads[key] + pg
-        del node, g, grads_in, parents
+        del node, g, grads_in, parents, rule
     for leaf, g in leaves:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
@@ -155,18 +157,16 @@ def topological_order(root):
 
     An explicit stack, not recursion, so a 10,000-op chain is fine.
     """
-    order, seen = [], set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for parent in node._parents:
+    order, seen = [], {id(root)}
+    stack = [(root, iter(root._parents))]
+    while stack:  # depth first: a node goes to ``order`` once all its inputs are there
+        node, parents = stack[-1]
+        for parent in parents:
             if parent.requires_grad and id(parent) not in seen:
-                stack.append((parent, False))
+                seen.add(id(parent))
+                stack.append((parent, iter(parent._parents)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
     return order

@@ -213,7 +213,7 @@ class Tensor:
         runs, as torch's threshold_backward does: the graph keeps no mask beside the output.
         """
         xp, x = self.xp, self.data
-        out = xp.maximum(x, xp.zeros_like(x))
+        out = xp.maximum(x, 0)  # a Python 0 takes x's dtype: no array of zeros
 
         def backward(g):
             mask = xp.astype(out > 0, xp.result_type(g, out))

@@ -84,7 +84,7 @@ def apply(grads, state, params, *, lr, betas, eps, weight_decay):
         new_params.append(p)
         mu.append(m)
         nu.append(v)
-    return tuple(new_params), AdamState(count=t, mu=tuple(mu), nu=tuple(nu))
+    return tuple(new_params), AdamState(t, tuple(mu), tuple(nu))
 
 
 def _one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
@@ -114,6 +114,9 @@ def _one_numpy(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
     return np.subtract(p, tmp, out=denom), m_new, v_new
 
 
-def _all_numpy(*arrays):
-    # 0-d arrays are left to the plain path: NumPy turns their results into scalars
-    return all(type(a) is np.ndarray and a.ndim for a in arrays)
+def _all_numpy(g, m, v, p):
+    """Whether all four are NumPy arrays with at least one axis (0-d arrays take the plain
+    path: NumPy turns their results into scalars)."""
+    if not type(g) is type(m) is type(v) is type(p) is np.ndarray:
+        return False
+    return bool(g.ndim and m.ndim and v.ndim and p.ndim)

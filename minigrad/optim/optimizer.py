@@ -56,13 +56,15 @@ class Optimizer:
     def step(self):
         """One update of every parameter that has a gradient."""
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
-        _checks.check_like([self.params[i].grad for i in active],
-                           [self.params[i].data for i in active], "params[{}].grad", active)
+        grads = [self.params[i].grad for i in active]
+        datas = [self.params[i].data for i in active]
+        _checks.check_like(grads, datas, "params[{}].grad", active)
         lr, hyperparams = self._exact_hyperparams()
         # The gradients were checked above and the hyperparameters when they were set, so the
         # rule's unchecked ``apply`` (``update`` would repeat both checks per parameter).
-        updates = [self._rule.apply([self.params[i].grad], self.state[i], [self.params[i].data],
-                                    lr=lr, **hyperparams) for i in active]
+        apply = self._rule.apply
+        updates = [apply((g,), self.state[i], (data,), lr=lr, **hyperparams)
+                   for i, g, data in zip(active, grads, datas)]
         old = [(self.params[i].data, self.state[i]) for i in active]
         try:
             for i, ((data,), state) in zip(active, updates):
@@ -87,8 +89,10 @@ class Optimizer:
         """
         if not self._is_exact():
             # A Fraction next to float parameters would make object arrays: use its float.
-            self._lr = float(self._lr)
-            self.hyperparams = {k: _inexact(v) for k, v in self.hyperparams.items()}
+            if type(self._lr) is not float:
+                self._lr = float(self._lr)
+            if any(map(_has_fraction, self.hyperparams.values())):
+                self.hyperparams = {k: _inexact(v) for k, v in self.hyperparams.items()}
             return self._lr, self.hyperparams
         if self._rule is not sgd:
             raise TypeError(f"{type(self).__name__} needs square roots, which are not exact: "
@@ -213,6 +217,12 @@ def _like(value, param, name):
         raise ValueError(f"{name} has shape {tuple(value.shape)}, "
                          f"its parameter has shape {tuple(param.shape)}")
     return xp.astype(value, param.dtype, copy=True)
+
+
+def _has_fraction(value):
+    """Whether ``value`` is a Fraction or a tuple holding one (``_inexact`` would change it)."""
+    return isinstance(value, Fraction) or (isinstance(value, tuple)
+                                           and any(map(_has_fraction, value)))
 
 
 def _inexact(value):
