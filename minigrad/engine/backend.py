@@ -100,6 +100,22 @@ def size(x):
     return n
 
 
+def take_along_rows(xp, x, index):
+    """``xp.take_along_axis(x, index, axis=1)`` for a 2-D ``x`` and an (rows, 1) integer
+    ``index``: x[r, index[r, 0]] of each row r, shape (rows, 1). A gather copies values, so
+    NumPy's fancy indexing (its fast path, ~2x quicker at batch size) gives the same array."""
+    if type(x) is np.ndarray and type(index) is np.ndarray:
+        return x[np.arange(x.shape[0]), index[:, 0]][:, None]
+    return xp.take_along_axis(x, index, axis=1)
+
+
+def int_range(xp, x):
+    """``(min, max)`` of a non-empty integer array, as Python ints."""
+    if type(x) is np.ndarray:  # the ufuncs' own reductions, without np.min's wrapper
+        return int(np.minimum.reduce(x, axis=None)), int(np.maximum.reduce(x, axis=None))
+    return int(xp.min(x)), int(xp.max(x))
+
+
 def device(x):
     """The device that array ``x`` lives on."""
     if type(x) is np.ndarray:  # array-api-compat's answer for NumPy, without its checks

@@ -165,7 +165,7 @@ def _kept(xp, target, n_classes, ignore_index):
     minimum and maximum, without the masks.
     """
     if backend.size(target):
-        low, high = int(xp.min(target)), int(xp.max(target))
+        low, high = backend.int_range(xp, target)
         if 0 <= low and high < n_classes and not low <= ignore_index <= high:
             return None
     kept = target != ignore_index
@@ -194,7 +194,7 @@ def _cross_entropy(logits, safe, kept, reduction, count, shape):
     xp, z = logits.xp, logits.data
     shifted = z - xp.max(z, axis=1, keepdims=True)
     lse = xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
-    losses = xp.reshape(lse - xp.take_along_axis(shifted, safe, axis=1), (-1,))
+    losses = xp.reshape(lse - backend.take_along_rows(xp, shifted, safe), (-1,))
     if kept is not None:
         zeros = xp.zeros_like(losses)
         losses = xp.where(kept, losses, zeros)

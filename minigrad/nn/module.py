@@ -15,6 +15,9 @@ from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Parameter, Tensor
 
 
+_buffers_seen = False  # whether any Module has registered a buffer (see Module.__call__)
+
+
 class Module:
     """Base class: assigning a ``Parameter`` or ``Module`` to an attribute registers it."""
 
@@ -56,13 +59,26 @@ class Module:
 
     def register_buffer(self, name, array):
         """Register a non-trained array (e.g. running statistics) saved in ``state_dict``."""
+        global _buffers_seen
         self._forget(name)
         self._buffers[name] = array
+        _buffers_seen = True
+
+    def __setstate__(self, state):
+        # copy.deepcopy (analysis.memory's copy of a model) restores without register_buffer
+        global _buffers_seen
+        self.__dict__.update(state)
+        _buffers_seen = _buffers_seen or bool(state.get("_buffers"))
 
     def __call__(self, *args, **kwargs):
         """``forward``; if it raises, buffers it moved (BatchNorm's running statistics) are
-        put back, so a failed forward pass changes nothing."""
-        buffers = dict(self.named_buffers()) if self._buffers or self._modules else None
+        put back, so a failed forward pass changes nothing.
+
+        The buffers are looked up only once some module of this process has registered one
+        (``_buffers_seen``): an MLP's forward then skips the walk over its sub-modules.
+        """
+        buffers = dict(self.named_buffers()) if _buffers_seen and (
+            self._buffers or self._modules) else None
         try:
             return self.forward(*args, **kwargs)
         except BaseException:

@@ -242,3 +242,28 @@ def test_an_interrupt_half_way_through_the_writes_leaves_the_module_as_it_was(op
     _assert_same_state(model, before)
     assert all(p.data.dtype == np.float64 for p in model.parameters())
     assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+
+
+@pytest.mark.parametrize("how", ["register_buffer", "deepcopy"])
+def test_a_module_with_buffers_turns_on_the_forward_snapshot(monkeypatch, how):
+    # Module.__call__ snapshots buffers only once some module has them (_buffers_seen); a
+    # deep copy (as analysis.memory makes) skips register_buffer, so __setstate__ notes it.
+    import copy
+    import types
+
+    from minigrad.nn import module
+
+    norm = nn.BatchNorm1d(3)
+    monkeypatch.setattr(module, "_buffers_seen", False)
+    if how == "deepcopy":
+        code = {id(v): v for obj in (norm, *norm.parameters()) for v in vars(obj).values()
+                if isinstance(v, types.ModuleType)}
+        made = copy.deepcopy(norm, code)
+    else:
+        made = nn.BatchNorm1d(3)
+    assert module._buffers_seen
+    model = nn.Sequential(made, nn.Linear(2, 1))  # BatchNorm runs, then Linear refuses
+    before = {k: np.array(v, copy=True) for k, v in model.named_buffers()}
+    with pytest.raises(ValueError, match="last dimension must be 2"):
+        model(np.arange(12.0).reshape(4, 3))
+    assert all(np.array_equal(v, before[k]) for k, v in model.named_buffers())
