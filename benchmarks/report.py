@@ -95,7 +95,9 @@ def _ratio(x):
 
 def _ms(x):
     """Milliseconds to 3 significant digits, without exponents."""
-    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+    if x == 0:
+        return "0"
+    return f"{x:.0f}" if x >= 100 else f"{x:#.3g}"  # "#": 1.00, not 1
 
 
 def timing_table(rows, dtype):

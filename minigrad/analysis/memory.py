@@ -37,10 +37,10 @@ from minigrad.engine import Tensor, backend
 # Nesterov also g + mu*b; Adam (its NumPy path) m, v, one temporary and the denominator,
 # which becomes the new p.
 _UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (4, 3)}
-# Arrays of n x C alive at the start of the walk, beside the hidden layers': cross-entropy
-# keeps the logits and the log-softmax output while take_along_axis's backward makes a
-# one-hot array, its product with g and their sum; MSE keeps the logits, -y, the
-# residual and its square while its backward makes g * r twice and their sum.
+# Arrays of n x C alive at once in the loss's backward, beside the hidden layers':
+# cross-entropy (one fused node) keeps the logits and their shifted copy while its backward
+# makes p * s, p * s - s and the gradient (the one-hot mask is boolean); MSE keeps the
+# logits, -y, the residual and its square while its backward makes g * r twice and their sum.
 _HEAD_ARRAYS = {nn.CrossEntropyLoss: 5, nn.MSELoss: 7}
 PYTHON_OBJECTS = 15 * 1024
 """Bytes allowed for the Python objects of one step (Tensors, closures, the walk's lists),

@@ -40,6 +40,10 @@ def linear(x, weight, bias=None):
     if bias is not None and tuple(bias.shape) != (W.shape[0],):
         raise ValueError(f"linear's bias must have shape ({W.shape[0]},) for a weight of "
                          f"shape {tuple(W.shape)}, got {tuple(bias.shape)}")
+    for name, t in (("x", x), ("bias", bias)):
+        if t is not None and t.dtype != W.dtype:  # as torch: no silent promotion
+            raise TypeError(f"linear's {name} has dtype {t.dtype}, its weight {W.dtype}; "
+                            "they must be the same")
     y = X @ xp.matrix_transpose(W)
     if bias is not None:
         y += bias.data  # in place: y is the product's fresh array, no second (N, out) array

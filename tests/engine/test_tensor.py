@@ -362,6 +362,20 @@ def test_linear_names_mismatched_shapes():
         linear(Tensor(np.ones((2, 5))), w, Tensor(np.ones(3)))
 
 
+@pytest.mark.parametrize("which", ["x", "bias"])
+def test_linear_refuses_mixed_dtypes_as_torch_does(which):
+    # The bias is added in place into x @ W^T: a float64 bias on float32 products would be
+    # rounded to float32 silently, so (as torch.nn.functional.linear) dtypes must agree.
+    x, w, b = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones(4, np.float32)
+    if which == "x":
+        x = x.astype(np.float64)
+    else:
+        b = b.astype(np.float64)
+    with pytest.raises(TypeError, match=f"linear's {which} has dtype float64, its weight "
+                                        "float32"):
+        linear(Tensor(x), Tensor(w), Tensor(b))
+
+
 def test_the_weight_gradient_of_linear_is_row_major_like_the_weight():
     x, w = Tensor(np.ones((6, 3))), Tensor(np.ones((4, 3)), requires_grad=True)
     linear(x, w).sum().backward()
