@@ -113,7 +113,8 @@ def int_range(xp, x):
     """``(min, max)`` of a non-empty integer array, as Python ints."""
     if type(x) is np.ndarray:  # the ufuncs' own reductions, without np.min's wrapper
         return int(np.minimum.reduce(x, axis=None)), int(np.maximum.reduce(x, axis=None))
-    return int(xp.min(x)), int(xp.max(x))
+    low_high = to_numpy(xp.stack([xp.min(x), xp.max(x)]))  # one transfer from a GPU
+    return int(low_high[0]), int(low_high[1])
 
 
 def device(x):

@@ -84,6 +84,9 @@ def take_along_axis(x, indices, axis=-1):
     if backend.size(idx) and bool(xp.any((idx < 0) | (idx >= n))):
         raise IndexError(f"indices must lie in [0, {n}) along axis {axis} of a tensor of "
                          f"shape {x.shape}")
+    # A copy in int64: the backward never reads an index the caller has changed since, and
+    # its class numbers 0..n-1 fit (in uint8 they would wrap above 255).
+    idx = xp.astype(idx, xp.int64)
 
     def backward(g):
         g_last = xp.moveaxis(g, axis, -1)[..., None]

@@ -158,13 +158,16 @@ def topological_order(root):
     An explicit stack, not recursion, so a 10,000-op chain is fine.
     """
     order, seen = [], {id(root)}
-    stack = [(root, iter(root._parents))]
-    while stack:  # depth first: a node goes to ``order`` once all its inputs are there
+    # Depth first, a node's last input first: a node goes to ``order`` once all its inputs
+    # are there. (The input order fixes the order in which a shared node's gradients are
+    # added, so it is kept as it always was: results stay the same to the last bit.)
+    stack = [(root, reversed(root._parents))]
+    while stack:
         node, parents = stack[-1]
         for parent in parents:
             if parent.requires_grad and id(parent) not in seen:
                 seen.add(id(parent))
-                stack.append((parent, iter(parent._parents)))
+                stack.append((parent, reversed(parent._parents)))
                 break
         else:
             stack.pop()

@@ -213,7 +213,8 @@ class Tensor:
         runs, as torch's threshold_backward does: the graph keeps no mask beside the output.
         """
         xp, x = self.xp, self.data
-        out = xp.maximum(x, 0)  # a Python 0 takes x's dtype: no array of zeros
+        # A 0-d zero, broadcast: no array of zeros the size of x
+        out = xp.maximum(x, xp.zeros((), dtype=x.dtype, device=backend.device(x)))
 
         def backward(g):
             mask = xp.astype(out > 0, xp.result_type(g, out))

@@ -148,11 +148,14 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
         axes = (0,) + tuple(range(2, logits.ndim)) + (1,) if logits.ndim > 1 else (0,)
         logits = logits.transpose(axes).reshape(-1, n_classes)
     shape = tuple(target.shape)
+    # The labels as int64 (torch's own target dtype) in an array of our own: a copy, so that
+    # the backward never reads a label the caller has changed since, and class numbers up
+    # to C fit (a uint8 label array would wrap them).
+    labels = xp.reshape(xp.astype(target, xp.int64), (-1, 1))
     if kept is None:  # every target counts
-        return _cross_entropy(logits, xp.reshape(target, (-1, 1)), None, reduction,
-                              logits.shape[0], shape)
+        return _cross_entropy(logits, labels, None, reduction, logits.shape[0], shape)
     rows_kept = xp.reshape(kept, (-1,))
-    safe = xp.reshape(xp.where(kept, target, xp.zeros_like(target)), (-1, 1))
+    safe = xp.where(xp.reshape(rows_kept, (-1, 1)), labels, xp.zeros_like(labels))
     count = int(xp.sum(xp.astype(rows_kept, xp.int64))) if reduction == "mean" else None
     return _cross_entropy(logits, safe, rows_kept, reduction, count, shape)
 
@@ -178,49 +181,53 @@ def _kept(xp, target, n_classes, ignore_index):
 def _cross_entropy(logits, safe, kept, reduction, count, shape):
     """Cross-entropy of (rows, C) logits as ONE primitive, as torch's fused kernels do.
 
-    Forward, per row r with target t_r, shift c_r = max_j z_rj and lse_r =
-    log sum_j exp(z_rj - c_r):  loss_r = lse_r - (z_rt - c_r), which is -log_softmax(z)_rt;
-    0 where the target is ignored; then the reduction (``"mean"`` divides the sum by
-    ``count``, the kept rows; over none it is NaN with a zero gradient, as in torch).
-    ``kept`` is None when every row counts: the masks are left out, not applied as all-true.
+    ``safe``: the (rows, 1) int64 labels, 0 where ignored; ``kept``: the rows whose target
+    counts, or None when all do (then no mask is applied at all).
 
-    Backward, with s_r the gradient reaching loss_r (g, g / count, or 0 where ignored) and
+    Forward, per row r with target t_r, shift c_r = max_j z_rj and lse_r =
+    log sum_j exp(z_rj - c_r):  loss_r = -((z_rt - c_r) - lse_r), which is
+    -log_softmax(z)_rt in torch's order (so a zero loss is -0.0 as there); 0 where the
+    target is ignored; then the reduction (``"mean"`` divides the sum by ``count``, the kept
+    rows; over none it is NaN with a zero gradient, as in torch).
+
+    Backward, with s_r the gradient reaching loss_r (g, or g / count for the mean) and
     p = softmax(z) = exp(z - c - lse):  dz_rj = p_rj s_r - [j = t_r] s_r, the classic
-    "softmax minus one-hot". It is evaluated as torch's log_softmax backward evaluates
-    g - exp(out) * sum(g) for g = -s one-hot: p s everywhere, p s - s at the target. So it
-    is bit for bit the composite ``take_along_axis(log_softmax(z), t)`` with its reshapes,
-    negation, mask and reduction (tests/nn check ``==``), in one node instead of eight.
+    "softmax minus one-hot". It is evaluated as torch evaluates the chain of its two
+    kernels: nll_loss's backward writes G = -s at each kept row's target and 0 elsewhere,
+    log_softmax's backward returns G - p * (the row sums of G). So the values are those of
+    the composite ``take_along_axis(log_softmax(z), t)`` with its reshapes, negation, mask
+    and reduction (tests/nn check ``==``), and the signs of zeros are torch's; one node
+    instead of eight.
     """
     xp, z = logits.xp, logits.data
+    device = backend.device(z)
     shifted = z - xp.max(z, axis=1, keepdims=True)
     lse = xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
-    losses = xp.reshape(lse - backend.take_along_rows(xp, shifted, safe), (-1,))
+    losses = -xp.reshape(backend.take_along_rows(xp, shifted, safe) - lse, (-1,))
     if kept is not None:
-        zeros = xp.zeros_like(losses)
-        losses = xp.where(kept, losses, zeros)
+        losses = xp.where(kept, losses, xp.zeros_like(losses))
     if reduction == "none":
         out = xp.reshape(losses, shape)
     elif reduction == "sum":
         out = xp.sum(losses)
     elif count:
-        total = xp.asarray(count, dtype=z.dtype, device=backend.device(z))
+        total = xp.asarray(count, dtype=z.dtype, device=device)
         out = xp.sum(losses) / total
     else:
         out = xp.sum(losses) * 0.0 + float("nan")
 
     def backward(g):
         if reduction == "none":
-            s = xp.reshape(g, (-1,))
+            s = xp.reshape(g, (-1, 1))
         elif reduction == "sum":
             s = g
         else:
             s = g / total if count else g * 0.0
+        target = safe == xp.arange(z.shape[1], dtype=safe.dtype, device=device)
         if kept is not None:
-            s = xp.where(kept, s, zeros)
-        s = xp.reshape(s, (-1, 1)) if s.ndim else s
-        ps = xp.exp(shifted - lse) * s
-        target = safe == xp.arange(z.shape[1], dtype=safe.dtype, device=backend.device(z))
-        return xp.where(target, ps - s, ps)
+            target = target & xp.reshape(kept, (-1, 1))
+        nll = xp.where(target, -s, xp.zeros((), dtype=z.dtype, device=device))
+        return nll - xp.exp(shifted - lse) * xp.sum(nll, axis=1, keepdims=True)
 
     return primitive(out, (logits,), backward)
 

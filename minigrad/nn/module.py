@@ -14,7 +14,6 @@
 from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Parameter, Tensor
 
-
 _buffers_seen = False  # whether any Module has registered a buffer (see Module.__call__)
 
 
@@ -75,7 +74,9 @@ class Module:
         put back, so a failed forward pass changes nothing.
 
         The buffers are looked up only once some module of this process has registered one
-        (``_buffers_seen``): an MLP's forward then skips the walk over its sub-modules.
+        (``_buffers_seen``): an MLP's forward then skips the walk over its sub-modules. A
+        subclass that defines ``__setstate__`` must call this class's, which notes buffers
+        that a copy brings without ``register_buffer``.
         """
         buffers = dict(self.named_buffers()) if _buffers_seen and (
             self._buffers or self._modules) else None

@@ -119,10 +119,11 @@ def _composite_cross_entropy(logits, target, reduction, ignore_index):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", range(6))
-def test_fused_cross_entropy_equals_the_composite_bit_for_bit(xp, reduction, dtype, case):
-    # Both evaluate the same IEEE operations on the same operands (the derivation is in
-    # F._cross_entropy's docstring): loss lse - z_t is -(z_t - lse) exactly; the gradient
-    # p s - s at the target is -s - (p (-s)) and p s elsewhere is 0 - p (-s). So ``==``.
+def test_fused_cross_entropy_equals_the_composite(xp, reduction, dtype, case):
+    # Both evaluate the same IEEE operations on the same values (F._cross_entropy's
+    # docstring): the loss -((z_t - c) - lse), the gradient G - p * rowsum(G) with G = -s at
+    # the target. So the values are equal (np.array_equal counts -0.0 == 0.0: the composite's
+    # one-hot product makes -0.0 where torch, and the fused node, write 0.0).
     rng = np.random.default_rng(case)
     rows, classes = [(1, 1), (7, 4), (64, 10), (33, 3), (5, 2), (128, 17)][case]
     z = rng.normal(scale=[1.0, 3.0, 30.0][case % 3], size=(rows, classes))
@@ -138,6 +139,58 @@ def test_fused_cross_entropy_equals_the_composite_bit_for_bit(xp, reduction, dty
     (fused, fused_grad), (composite, composite_grad) = results
     assert np.array_equal(fused, composite, equal_nan=True)
     assert np.array_equal(fused_grad, composite_grad)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_cross_entropy_zeros_carry_torchs_signs(reduction):
+    torch = pytest.importorskip("torch")
+    # Rows whose loss or gradient entries are exactly zero: a certain class (loss -0.0 in
+    # torch), an ignored row, and a sure miss; upstream gradients of both signs.
+    z = np.array([[0.0, -1000.0], [3.0, 1.0], [-1000.0, 0.0], [0.0, -1000.0]])
+    y = np.array([0, -100, 1, 1])
+    seed = np.array([-1.0, 2.0, 0.5, 1.0]) if reduction == "none" else np.array(-1.0)
+    ours = Tensor(z, requires_grad=True)
+    loss = F.cross_entropy(ours, y, reduction)
+    loss.backward(seed)
+    theirs = torch.tensor(z, requires_grad=True)
+    expected = torch.nn.functional.cross_entropy(theirs, torch.tensor(y), reduction=reduction)
+    expected.backward(torch.tensor(seed))
+    for got, want in ((loss.numpy(), expected.detach().numpy()),
+                      (ours.grad, theirs.grad.numpy())):
+        assert np.array_equal(got, want)  # these values are exact: exp(-1000) is 0
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_cross_entropy_backward_uses_the_labels_of_its_forward(xp):
+    # The primitive keeps its own copy of the labels: changing the caller's array after the
+    # forward pass changes nothing (torch would refuse such an in-place change).
+    z = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]])
+    grads = []
+    for mutate in (False, True):
+        logits, target = _tensor(xp, z), xp.asarray(np.array([0, 1]))
+        loss = F.cross_entropy(logits, target)
+        if mutate:
+            target[...] = 2
+        loss.backward()
+        grads.append(_np(logits.grad))
+    assert np.array_equal(grads[0], grads[1])
+
+
+def test_labels_of_a_small_integer_dtype_name_classes_past_its_range():
+    # 300 classes with uint8 labels: the one-hot must compare in int64; in uint8 the class
+    # numbers wrap (class 256 would count as label 0). Same gradients as int64 labels, for
+    # both cross_entropy and take_along_axis.
+    z = np.random.default_rng(0).normal(size=(3, 300))
+    y = np.array([44, 0, 255])
+    grads = []
+    for labels in (y, y.astype(np.uint8)):
+        logits = Tensor(z, requires_grad=True)
+        F.cross_entropy(logits, labels).backward()
+        gathered = Tensor(z, requires_grad=True)
+        take_along_axis(gathered, labels[:, None], axis=1).sum().backward()
+        grads.append((logits.grad, gathered.grad))
+    assert np.array_equal(grads[0][0], grads[1][0])
+    assert np.array_equal(grads[0][1], grads[1][1])
 
 
 # ----- exact tiny cases ----------------------------------------------------------------------
