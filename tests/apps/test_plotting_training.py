@@ -93,3 +93,16 @@ def test_gap_vs_bound_refuses_mismatched_labels():
         gap_vs_bound({"a": [1e-16]}, {"b": [1e-14]})
     with pytest.raises(ValueError, match="ratios must have the labels"):
         gap_vs_bound({"a": [1e-16]}, {"a": [1e-14]}, ratios={"b": [0.1]})
+
+
+def test_panel_makes_a_labelled_axis_or_labels_the_one_given():
+    from minigrad.apps.plotting import panel
+
+    fig, ax = panel(None, "a title", "x (unit)", "y (unit)", width=6.0, height=4.0)
+    assert fig.axes == [ax] and tuple(fig.get_size_inches()) == (6.0, 4.0)
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == ("a title", "x (unit)",
+                                                                  "y (unit)")
+    outer, (left, right) = pyplot().subplots(1, 2)
+    fig, ax = panel(right, "right", "x", "y", width=6.0, height=4.0)
+    assert fig is outer and ax is right and len(outer.axes) == 2
+    assert (right.get_title(), right.get_xlabel(), left.get_title()) == ("right", "x", "")

@@ -3,7 +3,7 @@
 Every figure a reader sees has a title, labelled axes with units and a legend; these helpers
 keep that boilerplate out of the notebooks. matplotlib is imported only when a figure is made,
 so ``import minigrad`` never needs it. The topic modules beside this one build the figures of
-one notebook each on :func:`axes` and :func:`finish`.
+one notebook each on :func:`axes` (or :func:`panel`) and :func:`finish`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,17 @@ def axes(titles: str | Sequence[str], xlabel: str | Sequence[str], ylabel: str |
     return fig, panels
 
 
+def panel(ax, title: str, xlabel: str, ylabel: str, *, width: float, height: float):
+    """``(fig, ax)`` for a one-axis figure function: ``ax`` itself (a panel of a larger
+    figure) given ``title`` and the axis labels, or, when ``ax`` is None, the one axis of a
+    new ``width`` x ``height`` inch figure made by :func:`axes`."""
+    if ax is None:
+        fig, (ax,) = axes(title, xlabel, ylabel, width=width, height=height)
+        return fig, ax
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax.figure, ax
+
+
 def finish(fig, *, legend: bool = True):
     """Legends on every panel that has labelled artists, a tight layout; returns ``fig``."""
     if legend:
@@ -96,4 +107,4 @@ def _per_panel(label, n, name):
     return labels
 
 
-__all__ = ["STYLE", "axes", "finish", "labelled", "pyplot"]
+__all__ = ["STYLE", "axes", "finish", "labelled", "panel", "pyplot"]

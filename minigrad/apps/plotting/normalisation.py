@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minigrad.apps.plotting import axes, finish, labelled
+from minigrad.apps.plotting import axes, finish, labelled, panel
 
 MARKERS = ["o", "s", "^", "D", "v", "P"]
 COLOURS = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown"]
@@ -54,11 +54,7 @@ def rule_errors(x, errors, bound, *, title, xlabel, ylabel=ERROR_LABEL, ax=None,
     bound = _series(x, {bound_label: bound}, "bound")[1][str(bound_label)]
     if np.any(bound <= 0):
         raise ValueError(f"bound must be > 0 everywhere (a log axis), got {bound.tolist()}")
-    if ax is None:
-        fig, (ax,) = axes(title, xlabel, ylabel, width=6.2, height=4.2)
-    else:
-        fig = ax.figure
-        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    fig, ax = panel(ax, title, xlabel, ylabel, width=6.2, height=4.2)
     for i, (label, v) in enumerate(errors.items()):
         keep = v > 0
         zeros = int(np.sum(~keep))

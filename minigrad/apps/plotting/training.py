@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minigrad.apps.plotting import axes, finish, labelled
+from minigrad.apps.plotting import axes, finish, labelled, panel
 
 # (line style, marker) of the 1st, 2nd, ... curve: solid, then dashed/dotted with markers.
 STYLES = [("-", None), ("--", "o"), (":", "s"), ("-.", "^"), ((0, (5, 2, 1, 2)), "D"),
@@ -49,11 +49,7 @@ def loss_curves(curves, *, title, ylabel=LOSS_LABEL, xlabel="update (optimizer s
     Returns the figure.
     """
     curves = _curves(curves, "curves")
-    if ax is None:
-        fig, (ax,) = axes(title, xlabel, ylabel, width=7.0, height=4.2)
-    else:
-        fig = ax.figure
-        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    fig, ax = panel(ax, title, xlabel, ylabel, width=7.0, height=4.2)
     for i, (label, values) in enumerate(curves.items()):
         style, marker = STYLES[i]
         every = max(1, len(values) // max(1, markers))
