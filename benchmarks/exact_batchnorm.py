@@ -5,7 +5,7 @@ global batch split into micro-batches, three ways:
 
 * full batch: one forward and backward over the whole batch;
 * accumulated: plain accumulation (BatchNorm uses micro-batch statistics; not equivalent);
-* exact: ``accumulate.step(..., batchnorm="exact")`` (equivalent to full batch).
+* exact: ``accumulate.step(..., strategy="exact_batchnorm")`` (equivalent to full batch).
 
 It prints the time of each (best of ``--repeats``), the ratio exact / accumulated, which the
 design predicts near (2L + 1) forward + (L + 1) backward passes over (1 + 1), and the peak
@@ -61,7 +61,7 @@ def main(argv=None):
         full = measure(depth, args.width, x, y, args.repeats)
         acc = measure(depth, args.width, x, y, args.repeats, micro_batch_size=args.micro)
         exact = measure(depth, args.width, x, y, args.repeats, micro_batch_size=args.micro,
-                        batchnorm="exact")
+                        strategy="exact_batchnorm")
         gap = equivalence.compare_named(equivalence.float_state(exact[2]),
                                         equivalence.float_state(full[2]))["all"]["max_rel"]
         predicted = (2 * depth + 1 + depth + 1) / 2

@@ -3,10 +3,10 @@ these from here, never from each other): ``check_gradients`` (an accumulated gra
 against ``gradient_bound``) and ``replay_with_bound`` (full-batch and accumulated training
 side by side, against ``TrajectoryBound``).
 
-Both bounds are derived in the docstring of ``minigrad.analysis.bounds``, which also runs
-the replay (``trajectory_bounds``); ``TrajectoryBound`` is re-exported here. What stays here
-is the tests' own: the optimizer and schedule a test's ``spec`` names, and the gaps and
-worst ratio a test asserts on.
+Both bounds are derived in the docstrings of ``minigrad.analysis.bounds`` and
+``minigrad.analysis.trajectory``, which also runs the replay (``trajectory_bounds``);
+``TrajectoryBound`` is re-exported here. What stays here is the tests' own: the optimizer and
+schedule a test's ``spec`` names, and the gaps and worst ratio a test asserts on.
 """
 
 import numpy as np
@@ -15,8 +15,8 @@ from helpers import to_np
 
 from minigrad import backend, optim
 from minigrad.accumulate import accumulated_gradients
-from minigrad.analysis.bounds import TrajectoryBound, trajectory_bounds
 from minigrad.analysis.equivalence import gradient_report
+from minigrad.analysis.trajectory import TrajectoryBound, trajectory_bounds
 
 __all__ = ["OPTIMIZERS", "TrajectoryBound", "check_gradients", "optimizer_factory",
            "replay_with_bound", "scheduler_factory"]

@@ -57,10 +57,10 @@ def data(xp, device, n=12, features=3, classes=4, seed=0):
             xp.asarray(y, device=device))
 
 
-@pytest.mark.parametrize("norm, batchnorm", [("batch", "micro"), ("batch", "exact"),
-                                             ("group", "micro"), ("layer", "micro")])
+@pytest.mark.parametrize("norm, strategy", [("batch", "micro"), ("batch", "exact_batchnorm"),
+                                            ("group", "micro"), ("layer", "micro")])
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])
-def test_training_keeps_every_array_in_place(place, norm, batchnorm, kind):
+def test_training_keeps_every_array_in_place(place, norm, strategy, kind):
     xp, device = place
     model = nn.MLP([3, 8, 8, 4], norm=norm, dropout=0.2, xp=xp, device=device)
     if kind == "sgd":
@@ -72,7 +72,7 @@ def test_training_keeps_every_array_in_place(place, norm, batchnorm, kind):
     x, y = data(xp, device)
     for _ in range(2):
         loss = step(model, nn.CrossEntropyLoss(), opt, x, y, sizes=[5, 3, 4],
-                    max_grad_norm=0.5, scheduler=scheduler, batchnorm=batchnorm)
+                    max_grad_norm=0.5, scheduler=scheduler, strategy=strategy)
         assert isinstance(loss, float) and np.isfinite(loss)
     assert_placed(arrays_of(model, opt), xp, device)
     model.eval()

@@ -66,7 +66,7 @@ def test_accumulated_minigrad_equals_full_batch_torch(norm, name):
         y = rng.integers(0, 4, size=21)
         y[rng.choice(21, 3, replace=False)] = -100
         loss = accumulate.step(model, nn.CrossEntropyLoss(), opt, x, y, sizes=[3, 11, 7],
-                               max_grad_norm=0.5, scheduler=sched, batchnorm="exact")
+                               max_grad_norm=0.5, scheduler=sched, strategy="exact_batchnorm")
         topt.zero_grad()
         tloss = torch.nn.functional.cross_entropy(reference(torch.tensor(x)), torch.tensor(y))
         tloss.backward()

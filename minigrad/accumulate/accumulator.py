@@ -1,4 +1,8 @@
-"""The streaming accumulator: micro-batches added one at a time, one update per window."""
+"""The Accumulator counts one window: the per-item gradient sums (in ``.grad``), the item
+count and the loss sum; it divides once, clips, steps and schedules in ``update``, and
+``snapshot``/``restore`` make every driver all-or-nothing. Running forward and backward on
+a micro-batch is the other job, done by ``minigrad.accumulate.micro`` (``add`` is the
+streaming loop's checked door to it)."""
 
 from dataclasses import dataclass
 from fractions import Fraction
@@ -6,12 +10,14 @@ from fractions import Fraction
 from minigrad import nn
 from minigrad.accumulate.guard import (
     TrainingState,
+    all_finite,
     as_batch,
     check_optimizer,
     check_scheduler,
     like,
 )
-from minigrad.accumulate.split import micro_batches
+from minigrad.accumulate.micro import add_micro_batch
+from minigrad.accumulate.split import MicroBatch, positions
 from minigrad.engine import Tensor, backend, validate
 from minigrad.nn import functional as F
 from minigrad.optim import clip_grad_norm_
@@ -42,16 +48,6 @@ def as_loss(loss_fn):
                     "with num_items(target), such as nn.CrossEntropyLoss(ignore_index=...)")
 
 
-def _all_finite(arrays):
-    for a in arrays:
-        if backend.is_exact(a):
-            continue  # Fractions are always finite
-        xp = backend.get_namespace(a)
-        if not bool(xp.all(xp.isfinite(a))):
-            return False
-    return True
-
-
 @dataclass(frozen=True)
 class Window:
     """What the pending window holds: micro-batches, samples, items and their loss sum.
@@ -65,9 +61,13 @@ class Window:
     samples: int = 0
     loss_sum: object = 0
 
+    def __add__(self, other):
+        return Window(self.items + other.items, self.micro_batches + other.micro_batches,
+                      self.samples + other.samples, self.loss_sum + other.loss_sum)
+
 
 class Accumulator:
-    """Streaming accumulation for loops where micro-batches arrive one at a time.
+    """One accumulation window at a time: per-item gradient sums, counts, ONE update.
 
     ``add(x, y)`` runs forward and backward on one micro-batch and adds its per-item loss
     sum's gradient into ``.grad``; ``update()`` divides once by what the window holds,
@@ -79,6 +79,10 @@ class Accumulator:
     the parameters, ``.grad``, buffers, optimizer, schedule and the pending window are as
     they were before the call. The optimizer must hold parameters of ``model`` (all of them,
     or some to train only those), and the scheduler must drive that optimizer.
+
+    Drivers that run a whole window (``accumulate.step`` and its strategies) use the
+    counting half directly: ``record`` counts what a backward pass added, ``load_sums``
+    takes sums reduced across processes, and ``snapshot``/``restore`` put everything back.
     """
 
     def __init__(self, model, loss_fn, optimizer, *, every=None, normalize="items",
@@ -104,7 +108,13 @@ class Accumulator:
     pending_samples = property(lambda self: self.window.samples)
     pending_loss_sum = property(lambda self: self.window.loss_sum)
 
-    # ----- one micro-batch ---------------------------------------------------------------
+    @property
+    def update_count(self):
+        """The update this window will make (the optimizer's step count, else
+        ``step_index``): with the sample index, what keys the dropout masks."""
+        return self.optimizer.step_count if self.optimizer is not None else self.step_index
+
+    # ----- one micro-batch, checked: the streaming loop -----------------------------------
     def add(self, x, y, sample_index=None):
         """Forward and backward on one micro-batch; returns its loss sum (a float), or
         ``None`` when a non-finite loss made it drop the window (``on_nonfinite="skip"``).
@@ -116,56 +126,50 @@ class Accumulator:
         window is dropped.
         """
         x, y = as_batch(x, y)
-        if any(backend.is_exact(p.data) for p in self.params):
-            for name, a in (("x", x), ("y", y)):
-                if not (backend.is_exact(a) or backend.get_namespace(a).isdtype(a.dtype,
-                                                                                "integral")):
-                    raise TypeError(f"the parameters are exact Fractions but {name} has dtype "
-                                    f"{a.dtype}: convert it with analysis.exact.to_fractions")
-        if sample_index is not None:
+        self.check_exact(x, y)
+        if sample_index is None:
+            sample_index = positions(x, self.pending_samples)
+        else:
             sample_index = _sample_index(sample_index, x)
-        saved = self._snapshot()
+        saved = self.snapshot()
         try:
-            loss_sum = self._forward_backward(x, y, sample_index)
+            loss_sum = add_micro_batch(self, MicroBatch(x, y, sample_index))
             if loss_sum is None:
-                # Skipped (counted by _refuse): the window is dropped, and this micro-batch's
+                # Skipped (counted by refuse): the window is dropped, and this micro-batch's
                 # forward must not leave NaN in the running statistics either.
                 skipped = self.skipped_updates
-                self._restore(saved)
+                self.restore(saved)
                 self.discard()
                 self.skipped_updates = skipped
                 return None
             if self.every is not None and self.pending_micro_batches == self.every:
                 self.update()
         except BaseException:
-            self._restore(saved)
+            self.restore(saved)
             raise
         return loss_sum
 
-    def _forward_backward(self, x, y, sample_index):
-        xp = backend.get_namespace(x)
-        n = x.shape[0]
-        if sample_index is None:
-            start = self.pending_samples
-            sample_index = xp.arange(start, start + n, device=backend.device(x))
-        step_index = self.optimizer.step_count if self.optimizer is not None else self.step_index
-        with nn.dropout_keys(step_index, sample_index):
-            out = self.model(x)
-        loss_sum = self.loss(out, y, reduction="sum")
-        items = self.loss.num_items(y)
-        value = loss_sum.item()
-        if not _all_finite([loss_sum.data]):
-            return self._refuse(f"loss of a micro-batch is {value}")
-        objective = loss_sum
-        if self.normalize == "micro_batches":
-            # The textbook loop: this micro-batch's mean. When all its targets are ignored,
-            # torch's mean is NaN with a zero gradient: the micro-batch adds nothing.
-            objective = loss_sum / items if items else loss_sum * 0.0
-        objective.backward()
-        w = self.window
-        self.window = Window(w.items + items, w.micro_batches + 1, w.samples + n,
-                             w.loss_sum + value)
-        return value
+    def check_exact(self, x, y):
+        """Exact (Fraction) parameters need exact or integer data: refuse floats."""
+        if any(backend.is_exact(p.data) for p in self.params):
+            for name, a in (("x", x), ("y", y)):
+                if not (backend.is_exact(a) or backend.get_namespace(a).isdtype(a.dtype,
+                                                                                "integral")):
+                    raise TypeError(f"the parameters are exact Fractions but {name} has dtype "
+                                    f"{a.dtype}: convert it with analysis.exact.to_fractions")
+
+    # ----- counting ------------------------------------------------------------------------
+    def record(self, items, samples, loss_sum, micro_batches=1):
+        """Count what a backward pass just added into ``.grad``: its items, samples and
+        loss sum (a strategy calls this once per micro-batch it back-propagated)."""
+        self.window = self.window + Window(items, micro_batches, samples, loss_sum)
+
+    def load_sums(self, grads, window):
+        """Replace the window's gradient sums (``None`` where a parameter got none) and its
+        counts by ``grads`` and ``window``: what a reduction added up over processes."""
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self.window = window
 
     # ----- one update ---------------------------------------------------------------------
     def update(self):
@@ -180,11 +184,11 @@ class Accumulator:
         if self.optimizer is None:
             raise RuntimeError("update() needs an optimizer; this accumulator has none")
         if self.normalize == "items" and self.pending_items == 0:
-            return self._refuse(NO_ITEMS)
-        if not _all_finite([p.grad for p in self.params if p.grad is not None]):
-            return self._refuse("the accumulated gradient is not finite")
+            return self.refuse(NO_ITEMS)
+        if not all_finite([p.grad for p in self.params if p.grad is not None]):
+            return self.refuse("the accumulated gradient is not finite")
         next_lr = self.scheduler.next_lr() if self.scheduler is not None else None
-        saved = self._snapshot()
+        saved = self.snapshot()
         try:
             for p, g in zip(self.params, self.gradients()):
                 p.grad = g
@@ -197,7 +201,7 @@ class Accumulator:
                 else float("nan")
             self.discard()
         except BaseException:
-            self._restore(saved)  # the window is still pending, as sums, as it was
+            self.restore(saved)  # the window is still pending, as sums, as it was
             raise
         return mean_loss
 
@@ -217,7 +221,9 @@ class Accumulator:
             p.grad = None
         self.window = Window()
 
-    def _refuse(self, reason):
+    def refuse(self, reason):
+        """A non-finite value: raise ``FloatingPointError`` (``on_nonfinite="raise"``) or
+        drop the window, count the skip and return ``None`` (``"skip"``)."""
         if self.on_nonfinite == "raise":
             raise FloatingPointError(f"update refused: {reason}; parameters and optimizer "
                                      "state are unchanged")
@@ -226,11 +232,14 @@ class Accumulator:
         return None
 
     # ----- state -------------------------------------------------------------------------
-    def _snapshot(self):
-        """Everything a call may change, by reference: arrays are replaced, never mutated."""
+    def snapshot(self):
+        """Everything a call may change (parameters, ``.grad``, buffers, the window, the
+        optimizer and the schedule), by reference: arrays are replaced, never mutated, so
+        this is cheap. ``restore`` puts it back; every driver brackets its work with them."""
         return TrainingState.of(self)
 
-    def _restore(self, saved):
+    def restore(self, saved):
+        """Put back what ``snapshot()`` returned."""
         saved.restore(self)
 
     def state_dict(self):
@@ -266,13 +275,13 @@ class Accumulator:
         if (window.micro_batches == 0) != (window.samples == 0) or window.items > 0 and \
                 window.micro_batches == 0:
             raise ValueError(f"accumulator counts do not fit together: {window}")
-        saved = self._snapshot()
+        saved = self.snapshot()
         try:
             for p, g in zip(self.params, staged):
                 p.grad = g
             self.window, self.skipped_updates = window, skipped
         except BaseException:
-            self._restore(saved)
+            self.restore(saved)
             raise
 
 
@@ -288,14 +297,3 @@ def _sample_index(index, x):
         raise ValueError(f"sample_index must have shape ({x.shape[0]},), one index per "
                          f"sample, got {tuple(index.shape)}")
     return index
-
-
-def run_window(acc, x, y, sizes):
-    """Add every micro-batch of ``(x, y)`` split by ``sizes`` to ``acc``, then update.
-
-    Returns the window's mean loss, or ``None`` if a non-finite value made ``acc`` skip.
-    """
-    for _, xj, yj in micro_batches(x, y, sizes):
-        if acc.add(xj, yj) is None:
-            return None
-    return acc.update()

@@ -20,20 +20,29 @@ micro-batches, one micro-batch in memory at a time:
 3. the real pass: every BN layer normalises with global statistics and corrects its
    backward with its A and B; the gradients accumulate as usual.
 
+Over several processes (``distributed.step(..., strategy="exact_batchnorm")``) the same
+passes run on each process's shard, and the reduction gathers every layer's moments and
+sums A, B from all of them before the next pass: sync BatchNorm, with the same code.
+
+The statistics reach the layers as an argument (``bn(x, statistics=...)``), never as an
+attribute set on them, so nothing is left attached to the model if a pass is interrupted.
+
 Cost with L BatchNorm layers: L partial forward passes, L forward+backward passes and one
 ordinary forward+backward: roughly (2L + 1) times the forward work and (L + 1) times the
 backward work of plain accumulation. Running statistics are updated once per step with
 the global mean and unbiased variance, as full-batch training does.
 """
 
+from functools import reduce
+from operator import add
+
 from minigrad import nn
-from minigrad.accumulate.accumulator import run_window
-from minigrad.accumulate.split import micro_batches
-from minigrad.engine import Tensor, backend, no_grad, primitive
+from minigrad.accumulate.micro import add_loss
+from minigrad.engine import Tensor, no_grad, primitive
 
 
 class GlobalStatistics:
-    """What one BatchNorm layer knows about the whole batch; set as ``bn.global_stats``."""
+    """What one BatchNorm layer knows about the whole batch: given to it as ``statistics``."""
 
     def __init__(self, bn):
         self.bn = bn
@@ -65,18 +74,22 @@ class GlobalStatistics:
 
         return primitive(x_hat, (x,), backward)
 
-    def finish_stats(self):
-        """Merge the micro-batch moments (Chan et al.): global mean and biased variance."""
-        self.count = sum(n for n, _, _ in self.parts)
-        self.mean = sum(n * m for n, m, _ in self.parts) / self.count
-        m2 = sum(s + n * (m - self.mean) ** 2 for n, m, s in self.parts)
+    def finish_stats(self, parts):
+        """Merge every micro-batch's ``(count, mean, m2)`` (Chan et al.): the global mean
+        and biased variance."""
+        self.count = sum(n for n, _, _ in parts)
+        self.mean = sum(n * m for n, m, _ in parts) / self.count
+        m2 = sum(s + n * (m - self.mean) ** 2 for n, m, s in parts)
         self.var = m2 / self.count
         self.parts, self.mode = [], "fixed"
 
 
-def _batchnorms(model):
+def batchnorm_layers(model):
+    """The Sequential's layers and the positions of its BatchNorm1d layers in training mode;
+    ``TypeError`` for a model the passes cannot walk layer by layer."""
     if not isinstance(model, nn.Sequential):
-        raise TypeError("exact BatchNorm accumulation needs a Sequential model (such as MLP)")
+        raise TypeError("exact BatchNorm accumulation needs a Sequential model (such as MLP), "
+                        f"got {type(model).__name__}")
     layers = list(model)
     nested = [name for name, m in model.named_modules() if isinstance(m, nn.BatchNorm1d)
               and m not in layers]
@@ -87,46 +100,48 @@ def _batchnorms(model):
                     and m.training]
 
 
-def run_exact_window(acc, x, y, sizes):
-    """Fill ``acc`` with the full-batch BatchNorm gradient of ``(x, y)`` split by ``sizes``,
-    then update. Returns the mean loss, or ``None`` if the update was skipped.
+class ExactBatchNorm:
+    """The full-batch BatchNorm gradient at micro-batch memory, by the passes above."""
 
-    Called by ``accumulate.step(..., batchnorm="exact")``, which restores everything if
-    this raises.
-    """
-    model = acc.model
-    layers, bn_at = _batchnorms(model)
-    controls = [GlobalStatistics(layers[i]) for i in bn_at]
-    step_index = acc.optimizer.step_count
+    name = "exact_batchnorm"
 
-    def run(xj, start, upto=None):
-        index = backend.get_namespace(xj).arange(start, start + xj.shape[0],
-                                             device=backend.device(xj))
-        with nn.dropout_keys(step_index, index):
-            out = xj
-            for layer in layers[:upto]:
-                out = layer(out)
-        return out
+    def check(self, acc):
+        if acc.normalize != "items":
+            raise ValueError(f"strategy='exact_batchnorm' needs normalize='items', got "
+                             f"{acc.normalize!r}")
+        batchnorm_layers(acc.model)
 
-    for i, control in zip(bn_at, controls):
-        layers[i].global_stats = control
-    try:
-        for i, control in zip(bn_at, controls):
+    def run(self, acc, micro_batches, reduction):
+        layers, bn_at = batchnorm_layers(acc.model)
+        controls = {i: GlobalStatistics(layers[i]) for i in bn_at}
+
+        def forward(mb, upto=None):
+            with nn.dropout_keys(acc.update_count, mb.index):
+                out = mb.x
+                for i, layer in enumerate(layers[:upto]):
+                    out = layer(out, statistics=controls[i]) if i in controls else layer(out)
+            return out
+
+        for i, control in controls.items():
             with no_grad():
-                for start, xj, _ in micro_batches(x, y, sizes):
-                    run(xj, start, upto=i + 1)
-            control.finish_stats()
-        for control in reversed(controls):
+                for mb in micro_batches:
+                    forward(mb, upto=i + 1)
+            gathered = reduction.gather(f"gathering the statistics of BatchNorm layer {i}",
+                                        control.parts)
+            control.finish_stats([part for parts in gathered for part in parts])
+        for i, control in reversed(controls.items()):
             control.collect = True
-            for start, xj, yj in micro_batches(x, y, sizes):
-                acc.loss(run(xj, start), yj, reduction="sum").backward()
+            for mb in micro_batches:
+                acc.loss(forward(mb), mb.y, reduction="sum").backward()
             control.collect = False
+            gathered = reduction.gather(f"gathering the gradient sums of BatchNorm layer {i}",
+                                        (control.A, control.B))
+            # in process order, so every process holds the same bits; one process: as is
+            control.A, control.B = (reduce(add, sums) for sums in zip(*gathered))
         acc.discard()  # the passes above left gradients of their own
-        mean_loss = run_window(acc, x, y, sizes)
-    finally:
-        for i in bn_at:
-            layers[i].global_stats = None
-    if mean_loss is not None:
-        for i, control in zip(bn_at, controls):
+        for i, control in controls.items():  # once per update, as full-batch training
             layers[i].update_running_stats(control.mean, control.var, control.count)
-    return mean_loss
+        for mb in micro_batches:
+            if add_loss(acc, mb, forward(mb)) is None:
+                return None
+        return reduction.update(acc)

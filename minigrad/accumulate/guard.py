@@ -55,6 +55,17 @@ def restore_attributes(obj, saved):
         vars(obj).update({k: list(v) if isinstance(v, list) else v for k, v in saved.items()})
 
 
+def all_finite(arrays):
+    """Whether every element of every array is finite (exact Fractions always are)."""
+    for a in arrays:
+        if backend.is_exact(a):
+            continue
+        xp = backend.get_namespace(a)
+        if not bool(xp.all(xp.isfinite(a))):
+            return False
+    return True
+
+
 def as_batch(x, y):
     """``(x, y)`` as arrays of one namespace with the same number of samples.
 

@@ -1,7 +1,15 @@
-"""Splitting a global batch into micro-batches of any sizes."""
+"""Splitting a global batch into micro-batches of any sizes.
+
+``resolve`` turns the public ways of naming a split (``micro_batch_size``,
+``num_micro_batches`` or explicit ``sizes``; none of them: one batch) into sizes, checked
+once at each public entry; ``parts`` then slices a checked batch into ``MicroBatch`` records
+that carry their samples' global positions (``positions``), which key the dropout masks.
+"""
+
+from dataclasses import dataclass
 
 from minigrad.accumulate.guard import as_batch
-from minigrad.engine import validate
+from minigrad.engine import backend, validate
 
 
 def split_sizes(n, micro_batch_size=None, num_micro_batches=None):
@@ -37,6 +45,62 @@ def check_sizes(sizes, n):
         raise ValueError(f"micro-batch sizes {sizes} must be positive and sum to the "
                          f"batch size {n}")
     return sizes
+
+
+def one_way(micro_batch_size=None, num_micro_batches=None, sizes=None):
+    """``ValueError`` unless at most one of the three ways of naming a split is given."""
+    given = {name: value for name, value in (("micro_batch_size", micro_batch_size),
+                                             ("num_micro_batches", num_micro_batches),
+                                             ("sizes", sizes)) if value is not None}
+    if len(given) > 1:
+        shown = ", ".join(f"{name}={value!r}" for name, value in given.items())
+        raise ValueError(f"give at most one of micro_batch_size, num_micro_batches, sizes; "
+                         f"got {shown}")
+
+
+def resolve(n, *, micro_batch_size=None, num_micro_batches=None, sizes=None):
+    """The split of ``n`` samples named by at most one of the three ways, checked.
+
+    >>> resolve(10, micro_batch_size=4), resolve(5, sizes=[1, 4]), resolve(3)
+    ([4, 4, 2], [1, 4], [3])
+    >>> resolve(10, micro_batch_size=4, sizes=[5, 5])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: give at most one of micro_batch_size, num_micro_batches, sizes; got ...
+    """
+    one_way(micro_batch_size, num_micro_batches, sizes)
+    if sizes is not None:
+        return check_sizes(sizes, n)
+    return split_sizes(n, micro_batch_size, num_micro_batches)
+
+
+def positions(x, start):
+    """The global positions ``start, start + 1, ...`` of ``x``'s samples, on ``x``'s device."""
+    xp = backend.get_namespace(x)
+    return xp.arange(start, start + x.shape[0], device=backend.device(x))
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One checked micro-batch: inputs ``x``, targets ``y`` and ``index``, the global
+    positions of its samples (what keys the dropout masks, so they do not depend on the
+    split). Made by ``parts`` from a batch checked once; strategies trust it."""
+
+    x: object
+    y: object
+    index: object
+
+
+def parts(x, y, sizes, offset=0):
+    """The ``MicroBatch`` records of a checked ``(x, y)`` split by checked ``sizes``; the
+    first sample's global position is ``offset`` (non-zero for a shard of a larger batch)."""
+    out, start = [], 0
+    for size in sizes:
+        stop = start + size
+        xj = x[start:stop, ...]
+        out.append(MicroBatch(xj, y[start:stop, ...], positions(xj, offset + start)))
+        start = stop
+    return out
 
 
 def micro_batches(x, y, sizes):

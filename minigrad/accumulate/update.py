@@ -1,26 +1,33 @@
-"""One optimizer update from a whole global batch split into micro-batches, and the
-gradient that update would use, without updating."""
+"""One optimizer update from a whole global batch split into micro-batches (``step``), and
+the gradient that update would use, without updating (``accumulated_gradients``).
 
-from minigrad.accumulate.accumulator import Accumulator, run_window
-from minigrad.accumulate.exact_batchnorm import run_exact_window
+Both are the same driver: check everything once, then a strategy runs the window
+(``minigrad.accumulate.strategy``) and a reduction adds its sums over the processes
+(``minigrad.accumulate.reduction``), all inside one snapshot of the training state.
+"""
+
+from minigrad.accumulate import reduction as reductions
+from minigrad.accumulate import strategy as strategies
+from minigrad.accumulate.accumulator import Accumulator
 from minigrad.accumulate.guard import as_batch
-from minigrad.accumulate.split import check_sizes, micro_batches, split_sizes
-from minigrad.engine import validate
+from minigrad.accumulate.split import parts, resolve
 
 
 def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_batches=None,
          sizes=None, normalize="items", max_grad_norm=None, scheduler=None,
-         on_nonfinite="raise", batchnorm="micro"):
+         on_nonfinite="raise", strategy="micro", reduction=None):
     """Exactly ONE optimizer update from the whole ``(x, y)``; returns its mean loss per item.
 
     The batch is split by ``micro_batch_size``, ``num_micro_batches`` or explicit ``sizes``
     (none of them: full-batch training). Any stale gradients are dropped first. If any
-    micro-batch fails or is not finite, nothing is updated (see the module docstring).
+    micro-batch fails or is not finite, nothing is updated (see ``minigrad.accumulate``).
 
-    ``batchnorm="micro"`` lets BatchNorm use each micro-batch's statistics, as every
-    framework does (not equivalent to full batch); ``"exact"`` runs the extra passes of
-    ``minigrad.accumulate.exact_batchnorm`` so the update equals the full-batch one (``normalize``
-    must then be ``"items"``).
+    ``strategy`` runs the window: ``"micro"`` lets BatchNorm use each micro-batch's
+    statistics, as every framework does (not equivalent to full batch);
+    ``"exact_batchnorm"`` runs the extra passes of ``minigrad.accumulate.exact_batchnorm`` so
+    the update equals the full-batch one (``normalize`` must then be ``"items"``); or any
+    object of the protocol in ``minigrad.accumulate.strategy``. ``reduction`` says where the
+    sums meet: this process alone (``None``) or ``mpi.AllReduce`` (``distributed.step``).
 
     >>> import numpy as np
     >>> from minigrad import nn, optim
@@ -31,41 +38,36 @@ def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_ba
     >>> opt.step_count
     1
     """
-    x, y = as_batch(x, y)
-    given = [a for a in (micro_batch_size, num_micro_batches, sizes) if a is not None]
-    if len(given) > 1:
-        raise ValueError("give at most one of micro_batch_size, num_micro_batches, sizes")
-    sizes = _sizes(x, micro_batch_size, num_micro_batches, sizes)
-    validate.choice("batchnorm", batchnorm, ("micro", "exact"))
-    if optimizer is None:
-        raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None; "
-                        "accumulated_gradients() gives the gradient without an update")
-    if batchnorm == "exact" and normalize != "items":
-        raise ValueError(f"batchnorm='exact' needs normalize='items', got {normalize!r}")
-    acc = Accumulator(model, loss_fn, optimizer, normalize=normalize,
-                      max_grad_norm=max_grad_norm, scheduler=scheduler,
-                      on_nonfinite=on_nonfinite)
-    run = run_exact_window if batchnorm == "exact" else run_window
-    saved = acc._snapshot()
+    reduction = reductions.check(reductions.OneProcess() if reduction is None else reduction)
+    reduction.start()
     try:
-        acc.discard()
-        mean_loss = run(acc, x, y, sizes)
-        if mean_loss is None:  # skipped: a non-finite value with on_nonfinite="skip"
-            acc._restore(saved)
-            return float("nan")
-    except BaseException:
-        acc._restore(saved)
+        if optimizer is None:
+            raise TypeError("optimizer must be a minigrad optimizer (optim.SGD, ...), got None; "
+                            "accumulated_gradients() gives the gradient without an update")
+        acc, run, x, y, split = _prepare(model, loss_fn, optimizer, x, y, micro_batch_size,
+                                         num_micro_batches, sizes, strategy, normalize=normalize,
+                                         max_grad_norm=max_grad_norm, scheduler=scheduler,
+                                         on_nonfinite=on_nonfinite)
+        reduction.check(acc)
+        call = (run.name, optimizer.step_count, type(optimizer).__name__,
+                [(p.shape, str(p.dtype)) for p in acc.params])
+    except BaseException as error:
+        reduction.abort(error)  # MPI: every rank learns of it and raises
         raise
-    return mean_loss
+    offset = reduction.begin(acc, x.shape[0], call)
+    mean_loss = run_window(acc, run, parts(x, y, split, offset), reduction)
+    return float("nan") if mean_loss is None else mean_loss
 
 
 def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
-                          num_micro_batches=None, sizes=None, normalize="items", step_index=0):
+                          num_micro_batches=None, sizes=None, normalize="items", step_index=0,
+                          strategy="micro"):
     """Name -> the gradient ``step`` would hand the optimizer, without updating anything.
 
     The model's ``.grad`` are left as they were; BatchNorm running statistics do move
-    (once per micro-batch), as in training, unless it raises: then they are as they were
-    too. Dropout masks are keyed by ``step_index``.
+    (once per micro-batch, or once with ``strategy="exact_batchnorm"``), as in training,
+    unless it raises: then they are as they were too. Dropout masks are keyed by
+    ``step_index``.
 
     Over micro-batches of 1 and 5 samples the item-weighted rule gives the full-batch
     gradient up to rounding; the textbook mean (each micro-batch's mean over their number)
@@ -82,25 +84,45 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
     >>> gap() < 1e-15, gap(normalize="micro_batches") > 0.1
     (True, True)
     """
-    x, y = as_batch(x, y)
-    sizes = _sizes(x, micro_batch_size, num_micro_batches, sizes)
-    acc = Accumulator(model, loss_fn, None, normalize=normalize, step_index=step_index)
-    saved = acc._snapshot()
+    acc, run, x, y, split = _prepare(model, loss_fn, None, x, y, micro_batch_size,
+                                     num_micro_batches, sizes, strategy, normalize=normalize,
+                                     step_index=step_index)
+    grads_before = [p.grad for p in acc.params]
+    kept = reductions.Gradients()
+    run_window(acc, run, parts(x, y, split), kept)  # a non-finite loss raises (on_nonfinite)
+    for p, g in zip(acc.params, grads_before):
+        p.grad = g
+    return dict(zip((name for name, _ in model.named_parameters()), kept.grads))
+
+
+def run_window(acc, strategy, micro_batches, reduction):
+    """``strategy.run`` inside one snapshot: the mean loss, or ``None`` (everything as it
+    was) when the window was dropped; on any error everything is put back and it raises."""
+    saved = acc.snapshot()
     try:
         acc.discard()
-        for _, xj, yj in micro_batches(x, y, sizes):
-            acc.add(xj, yj)
-        grads = acc.gradients()
-    except BaseException:
-        acc._restore(saved)  # .grad and the BatchNorm running statistics
+        mean_loss = strategy.run(acc, micro_batches, reduction)
+        if mean_loss is None:
+            reduction.skip()
+    except reductions.WindowSkipped:
+        mean_loss = None
+    except BaseException as error:
+        acc.restore(saved)
+        reduction.abort(error)
         raise
-    for p, g in zip(acc.params, saved.grads):
-        p.grad = g
-    return dict(zip((name for name, _ in model.named_parameters()), grads))
+    if mean_loss is None:
+        acc.restore(saved)
+    return mean_loss
 
 
-def _sizes(x, micro_batch_size, num_micro_batches, sizes):
-    """The split of ``x``'s samples, checked: explicit ``sizes`` or ``split_sizes``."""
-    if sizes is None:
-        return split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
-    return check_sizes(sizes, x.shape[0])
+def _prepare(model, loss_fn, optimizer, x, y, micro_batch_size, num_micro_batches, sizes,
+             strategy, **options):
+    """Everything checked once: the accumulator, the strategy, the batch and its split."""
+    x, y = as_batch(x, y)
+    split = resolve(x.shape[0], micro_batch_size=micro_batch_size,
+                    num_micro_batches=num_micro_batches, sizes=sizes)
+    run = strategies.resolve(strategy)
+    acc = Accumulator(model, loss_fn, optimizer, **options)
+    acc.check_exact(x, y)
+    run.check(acc)
+    return acc, run, x, y, split

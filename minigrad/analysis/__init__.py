@@ -4,23 +4,24 @@ Fraction mode, the HIPS-autograd reference, the BatchNorm divergence measurement
 memory: the measured peak of an update and the micro-batch planner. The notebooks'
 experiments live here too: ``pitfalls`` (the wrong loops, one mistake at a time),
 ``libraries`` (one training on several array libraries), ``norm_training`` (normalisation
-layers trained both ways) and ``costs`` (what an update costs in time and memory)."""
+layers trained both ways) and ``costs`` (what an update costs in time and memory).
 
-from minigrad.analysis import (
-    batchnorm,
-    bounds,
-    check,
-    costs,
-    equivalence,
-    exact,
-    libraries,
-    memory,
-    metrics,
-    norm_training,
-    pitfalls,
-    planner,
-    reference,
-)
+Each module is imported on first use (PEP 562), so ``import minigrad.analysis`` costs
+nothing and HIPS autograd is imported only with ``reference``.
+"""
 
-__all__ = ["batchnorm", "bounds", "check", "costs", "equivalence", "exact", "libraries",
-           "memory", "metrics", "norm_training", "pitfalls", "planner", "reference"]
+import importlib
+
+__all__ = ["batchnorm", "bounds", "check", "communication", "costs", "equivalence", "exact",
+           "libraries", "memory", "metrics", "norm_training", "pitfalls", "planner", "reference",
+           "trajectory"]
+
+
+def __getattr__(name):
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")  # also binds it here
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -4,7 +4,7 @@ It trains one MLP twice from the same start on the same seeded data, for ``steps
 full batch, and accumulated (``minigrad.accumulate.step`` over micro-batches of
 ``micro_batch`` samples, or ``micro_batches`` near-equal parts). After every update it
 measures the parameter gap and judges it against the floating-point bound derived in
-``minigrad.analysis.bounds``: equivalent when, at every update, every entry of the gap is
+``minigrad.analysis.trajectory``: equivalent when, at every update, every entry of the gap is
 within its bound. Each update draws x ~ N(0, 1) (``global_batch`` rows) and targets from
 ``numpy.random.default_rng([seed, 1])``: classes uniform, with ``round(ignore_fraction *
 global_batch)`` of them (at most all but one) set to ``ignore_index`` -100, for
@@ -14,7 +14,7 @@ Why not, in words. The set-up predicts these differences, and they are given as 
 when the measured gap exceeds the bound:
 
 * "BatchNorm normalises each micro-batch with its own statistics": ``norm="batch"`` with
-  ``batchnorm="micro"`` and more than one micro-batch;
+  ``strategy="micro"`` and more than one micro-batch;
 * "the textbook rule divides uneven micro-batches by their count": ``normalize=
   "micro_batches"`` with micro-batches of different sizes;
 * "the textbook rule weighs micro-batches equally but they hold different numbers of kept
@@ -34,7 +34,7 @@ The result is JSON-able (numbers that are not finite are ``null``)::
                  "loss": str, "ignore_fraction": float, "optimizer": str, "lr": float,
                  "weight_decay": float, "clip": float | null, "global_batch": int,
                  "micro_batch": int | null, "micro_batches": int | null,
-                 "normalize": str, "batchnorm": str, "steps": int, "dtype": str,
+                 "normalize": str, "strategy": str, "steps": int, "dtype": str,
                  "seed": int},
      "sizes":   [int, ...],         # the micro-batch sizes of every update
      "updates": [{"step": int,      # updates done so far: 1, 2, ..., steps
@@ -57,21 +57,17 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.accumulate import NORMALIZE, split_sizes
-from minigrad.analysis.bounds import (
-    Diverged,
-    bound_ratio,
-    flat,
-    trajectory_bounds,
-    unit_roundoff,
-)
+from minigrad.accumulate.split import positions
+from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
 from minigrad.analysis.equivalence import compare_named
+from minigrad.analysis.trajectory import Diverged, trajectory_bounds
 from minigrad.engine import Tensor, backend, no_grad, validate
 from minigrad.nn.mlp import ACTIVATIONS
 
 NORMS = ("none", "batch", "group", "layer")
 LOSSES = ("cross-entropy", "mse")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-BATCHNORM = ("micro", "exact")
+STRATEGIES = ("micro", "exact_batchnorm")
 DTYPES = ("float64", "float32")
 IGNORE_INDEX = -100
 REASONS = {
@@ -88,7 +84,7 @@ NOT_EQUIVALENT = "accumulated training is NOT full-batch training"
 def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
                   ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
                   global_batch=64, micro_batch=None, micro_batches=None, normalize="items",
-                  batchnorm="micro", steps=20, dtype="float64", seed=0):
+                  strategy="micro", steps=20, dtype="float64", seed=0):
     """``check``'s arguments, checked, as the JSON-able ``config`` of its result.
 
     Errors name the argument, the value and what is allowed; arguments that depend on each
@@ -115,7 +111,7 @@ def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="c
         "micro_batches": validate.optional(validate.positive_int, "micro_batches",
                                            micro_batches),
         "normalize": validate.choice("normalize", normalize, NORMALIZE),
-        "batchnorm": validate.choice("batchnorm", batchnorm, BATCHNORM),
+        "strategy": validate.choice("strategy", strategy, STRATEGIES),
         "steps": validate.positive_int("steps", steps),
         "dtype": validate.choice("dtype", dtype, DTYPES),
         "seed": validate.integer("seed", seed, low=0),
@@ -136,19 +132,19 @@ def _check_together(config):
     if config["loss"] == "mse" and config["ignore_fraction"] != 0:
         raise ValueError(f"ignore_fraction must be 0 with loss='mse' (MSE has no ignored "
                          f"targets), got {config['ignore_fraction']}")
-    if config["batchnorm"] == "exact" and config["normalize"] != "items":
-        raise ValueError(f"batchnorm='exact' needs normalize='items', got "
+    if config["strategy"] == "exact_batchnorm" and config["normalize"] != "items":
+        raise ValueError(f"strategy='exact_batchnorm' needs normalize='items', got "
                          f"normalize='{config['normalize']}'")
     if config["norm"] == "batch" and n < 2:
         raise ValueError(f"norm='batch' needs global_batch >= 2 (BatchNorm's batch statistics "
                          f"need 2 samples), got {n}")
     split = split_sizes(n, m, k)
-    if config["norm"] == "batch" and config["batchnorm"] == "micro" and min(split) < 2:
+    if config["norm"] == "batch" and config["strategy"] == "micro" and min(split) < 2:
         given = f"micro_batch={m}" if m is not None else f"micro_batches={k}"
-        raise ValueError(f"norm='batch' with batchnorm='micro' needs at least 2 samples in "
+        raise ValueError(f"norm='batch' with strategy='micro' needs at least 2 samples in "
                          f"every micro-batch, but {given} splits global_batch={n} into "
                          f"micro-batches as small as {min(split)}; choose another split or "
-                         f"batchnorm='exact'")
+                         f"strategy='exact_batchnorm'")
 
 
 def batches(config):
@@ -193,12 +189,10 @@ def relu_flips(model, x, sizes, step_index):
     """
     if any(isinstance(layer, nn.BatchNorm1d) for layer in model):
         return None
-    xp = backend.get_namespace(x)
 
     def signs(rows, start):
         h, seen = Tensor(rows), []
-        index = xp.arange(start, start + rows.shape[0], device=backend.device(rows))
-        with no_grad(), nn.dropout_keys(step_index, index):
+        with no_grad(), nn.dropout_keys(step_index, positions(rows, start)):
             for layer in model:
                 if isinstance(layer, nn.ReLU):
                     seen.append(backend.to_numpy(h.data) > 0)
@@ -235,7 +229,7 @@ def _predicted(config, split, data, loss):
     textbook = config["normalize"] == "micro_batches"
     ignored = any(bool(np.any(y == IGNORE_INDEX)) for _, y in data)
     predicted = {
-        "batchnorm": config["norm"] == "batch" and config["batchnorm"] == "micro"
+        "batchnorm": config["norm"] == "batch" and config["strategy"] == "micro"
         and len(split) > 1,
         "uneven": textbook and len(set(split)) > 1,
         "kept": textbook and ignored and any(len(set(row)) > 1 for row in items),
@@ -247,7 +241,7 @@ def _predicted(config, split, data, loss):
 def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
           ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
           global_batch=64, micro_batch=None, micro_batches=None, normalize="items",
-          batchnorm="micro", steps=20, dtype="float64", seed=0):
+          strategy="micro", steps=20, dtype="float64", seed=0):
     """Is accumulated training full-batch training for this set-up? The module docstring
     describes the data, the verdict and the result; ``configuration`` checks the arguments.
 
@@ -262,7 +256,7 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
         sizes, activation=activation, norm=norm, dropout=dropout, loss=loss,
         ignore_fraction=ignore_fraction, optimizer=optimizer, lr=lr, weight_decay=weight_decay,
         clip=clip, global_batch=global_batch, micro_batch=micro_batch,
-        micro_batches=micro_batches, normalize=normalize, batchnorm=batchnorm, steps=steps,
+        micro_batches=micro_batches, normalize=normalize, strategy=strategy, steps=steps,
         dtype=dtype, seed=seed)
     split = split_sizes(config["global_batch"], config["micro_batch"], config["micro_batches"])
     data = batches(config)
@@ -272,7 +266,7 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
         flips.append(relu_flips(make(), data[0][0], split, 0))
     replay = trajectory_bounds(make, make_optimizer, loss_fn, data, split,
                                max_grad_norm=config["clip"], normalize=config["normalize"],
-                               batchnorm=config["batchnorm"], u=unit_roundoff(config["dtype"]))
+                               strategy=config["strategy"], u=unit_roundoff(config["dtype"]))
     # A diverging run is reported once, as a reason or as Diverged, not as NumPy's warnings.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -13,9 +13,9 @@ metrics themselves are in ``minigrad.analysis.metrics`` (re-exported here).
 """
 
 from minigrad import nn
-from minigrad.accumulate import NORMALIZE, accumulated_gradients, split_sizes, step
+from minigrad.accumulate import NORMALIZE, accumulated_gradients, step
 from minigrad.accumulate.guard import as_batch
-from minigrad.accumulate.split import check_sizes
+from minigrad.accumulate.split import one_way, resolve
 from minigrad.analysis.metrics import compare_arrays, cosine, ulp_distance
 from minigrad.engine import backend, validate
 
@@ -52,9 +52,7 @@ def _new_model(model_factory):
 
 
 def _check_split(micro_batch_size, num_micro_batches, sizes, normalize):
-    given = [a for a in (micro_batch_size, num_micro_batches, sizes) if a is not None]
-    if len(given) > 1:
-        raise ValueError("give at most one of micro_batch_size, num_micro_batches, sizes")
+    one_way(micro_batch_size, num_micro_batches, sizes)
     validate.choice("normalize", normalize, NORMALIZE)
 
 
@@ -64,9 +62,8 @@ def gradient_report(model_factory, loss_fn, x, y, *, micro_batch_size=None,
     _check_factory("model_factory", model_factory, "model (e.g. lambda: nn.MLP(...))")
     _check_split(micro_batch_size, num_micro_batches, sizes, normalize)
     x, y = as_batch(x, y)
-    if sizes is None:
-        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
-    sizes = check_sizes(sizes, x.shape[0])
+    sizes = resolve(x.shape[0], micro_batch_size=micro_batch_size,
+                    num_micro_batches=num_micro_batches, sizes=sizes)
     full = accumulated_gradients(_new_model(model_factory), loss_fn, x, y)
     acc = accumulated_gradients(_new_model(model_factory), loss_fn, x, y, sizes=sizes,
                                 normalize=normalize)

@@ -14,12 +14,12 @@ exact gradient up to its own roundings, which is the situation ``minigrad.analys
 bounds for accumulated against full-batch training: ``gradient_bound`` covers the sum over
 samples in any order and the roundings of each sample's own forward and backward pass (its
 derivation does not depend on which of the two runs split the batch), and ``TrajectoryBound``
-carries the gap through the optimizer update by update. So the replay here is the one of
-``bounds.trajectory_bounds`` with "the other library" in place of "accumulated":
+carries the gap through the optimizer update by update. So the replay here is
+``trajectory.TrajectoryReplay`` with "the other library" in place of "accumulated":
 
     dg_t = gradient_bound(at theta_other) + |g_ref(theta_other) - g_ref(theta_ref)|
 
-both terms computed in NumPy float64 on a NumPy copy of the other run's parameters.
+computed in NumPy float64: at theta_other on a NumPy copy of the other run's parameters.
 
 array-api-strict is a thin wrapper that calls NumPy's own functions on NumPy arrays: both runs
 execute the same sequence of IEEE 754 operations on the same inputs in the same process,
@@ -31,19 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minigrad import nn
-from minigrad.accumulate import accumulated_gradients, as_loss, step
-from minigrad.analysis.bounds import (
-    TrajectoryBound,
-    bound_ratio,
-    condition_number,
-    flat,
-    gradient_bound,
-    optimizer_kind,
-    optimizer_state,
-    per_item_gradients,
-    unit_roundoff,
-)
+from minigrad.accumulate import as_loss, step
+from minigrad.analysis.bounds import flat, unit_roundoff
+from minigrad.analysis.trajectory import TrajectoryReplay
 from minigrad.engine import backend, validate
 
 SAME_KERNELS_AS_NUMPY = ("numpy", "array_api_strict")
@@ -90,52 +80,37 @@ def compare_libraries(make, make_optimizer, loss, batches, *, namespaces, sizes=
     loss = as_loss(loss)
     batches = list(batches)
     validate.positive_int("the number of batches", len(batches))
-    models, opts, trackers, runs = {}, {}, {}, {}
+    models, opts, runs = {}, {}, {}
     for name, (xp, device) in namespaces.items():
         xp = backend.resolve_namespace(xp)
         model = make(xp, device)
         models[name], opts[name] = model, make_optimizer(model.parameters())
-        first = next(iter(model.parameters())).data
-        runs[name] = LibraryRun(name, str(backend.device(first)))
-        trackers[name] = TrajectoryBound(optimizer_kind(opts[name]), opts[name].hyperparams,
-                                         None, unit_roundoff(first.dtype))
+        runs[name] = LibraryRun(name, str(backend.device(next(iter(model.parameters())).data)))
     ref = models["numpy"]
-    batch_norm = any(isinstance(layer, nn.BatchNorm1d) for layer in ref)
-    # The analysis computes on NumPy copies of the parameters, never on a run's own model
-    # (a forward in training mode would move a run's BatchNorm running statistics).
+    replays = {name: TrajectoryReplay(ref, opts["numpy"], loss, runs=("numpy", name),
+                                      u=unit_roundoff(next(iter(model.parameters())).data.dtype))
+               for name, model in models.items() if name != "numpy"}
+    # The other runs are measured on a NumPy copy of their parameters, never on their own
+    # model: the analysis computes in NumPy float64, whatever the library.
     mirror = make(backend.resolve_namespace("numpy"), None)
-    for t, (x, y) in enumerate(batches):
+    for x, y in batches:
         x, y = np.asarray(x), np.asarray(y)
-        _copy_parameters(ref, mirror)
-        g_ref = flat(accumulated_gradients(mirror, loss, x, y, step_index=t).values())
-        rounding = {}
-        for name, model in models.items():
-            if name == "numpy":
-                continue
-            _copy_parameters(model, mirror)
-            g_at_other = flat(accumulated_gradients(mirror, loss, x, y, step_index=t).values())
-            bound = gradient_bound(per_item_gradients(mirror, loss, x, y, t),
-                                   loss.num_items(y), mirror.sizes,
-                                   condition_number(mirror, loss, x, y, t),
-                                   x.shape[0] if batch_norm else 0,
-                                   u=trackers[name].u)
-            rounding[name] = flat(bound.values()) + np.abs(g_at_other - g_ref)
-        theta = flat(p.data for p in ref.parameters())
-        before, lr = optimizer_state(opts["numpy"]), opts["numpy"].lr
+        for name, replay in replays.items():
+            _copy_parameters(models[name], mirror)
+            replay.measure(mirror, x, y)
         for name, model in models.items():
             xp = model_namespace(model)
             device = backend.device(next(iter(model.parameters())).data)
             xt, yt = backend.move(x, xp, device=device), backend.move(y, xp, device=device)
             runs[name].losses.append(step(model, loss, opts[name], xt, yt, sizes=sizes))
-        after = optimizer_state(opts["numpy"])
-        theta_ref = flat(p.data for p in ref.parameters())
-        for name, model in models.items():
-            gap = np.abs(flat(p.data for p in model.parameters()) - theta_ref)
-            bound = (np.zeros_like(gap) if name == "numpy" else
-                     trackers[name].update(rounding[name], theta, g_ref, before, after, lr))
-            runs[name].gaps.append(float(np.max(gap)))
-            runs[name].bounds.append(_deciding_bound(gap, bound))
-            runs[name].ratios.append(bound_ratio(gap, bound))
+        for name, replay in replays.items():
+            seen = replay.observe(flat(p.data for p in models[name].parameters()))
+            runs[name].gaps.append(seen.max_abs)
+            runs[name].bounds.append(_deciding_bound(seen.gap, seen.bound))
+            runs[name].ratios.append(seen.ratio)
+        runs["numpy"].gaps.append(0.0)
+        runs["numpy"].bounds.append(0.0)
+        runs["numpy"].ratios.append(0.0)
     for name, model in models.items():
         runs[name].params = flat(p.data for p in model.parameters())
     return runs

@@ -26,9 +26,9 @@ import types
 import numpy as np
 
 from minigrad import nn, optim
-from minigrad.accumulate import as_loss, split_sizes, step
+from minigrad.accumulate import as_loss, step
 from minigrad.accumulate.guard import as_batch, check_optimizer
-from minigrad.accumulate.split import check_sizes
+from minigrad.accumulate.split import check_sizes, resolve
 from minigrad.engine import Tensor, backend
 
 # Arrays of one parameter's size alive at once while the optimizer updates it (t), and
@@ -162,7 +162,7 @@ def check_update(model, optimizer, x, y):
 
 
 def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
-                  num_micro_batches=None, sizes=None, normalize="items", batchnorm="micro"):
+                  num_micro_batches=None, sizes=None, normalize="items", strategy="micro"):
     """The peak extra memory of ONE ``accumulate.step(model, loss_fn, optimizer, x, y, ...)``.
 
     The step runs on ``copy.deepcopy((model, optimizer))``, one copy, so the copied
@@ -186,14 +186,14 @@ def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
               if isinstance(v, types.ModuleType)}
     model_copy, optimizer_copy = copy.deepcopy((model, optimizer), shared)
     split = dict(micro_batch_size=micro_batch_size, num_micro_batches=num_micro_batches,
-                 sizes=sizes, normalize=normalize, batchnorm=batchnorm)
+                 sizes=sizes, normalize=normalize, strategy=strategy)
     _, peak = peak_bytes(step, model_copy, loss_fn, optimizer_copy, x, y, **split)
     parameters = sum(p.data.nbytes for p in model.parameters())
     state = sum(a.nbytes for record in optimizer_copy.state for field in record
                 if isinstance(field, tuple) for a in field if backend.is_array(a))
-    if sizes is None:
-        sizes = split_sizes(x.shape[0], micro_batch_size, num_micro_batches)
-    covered = _not_covered(model, loss_fn, optimizer) is None and batchnorm == "micro"
+    sizes = resolve(x.shape[0], micro_batch_size=micro_batch_size,
+                    num_micro_batches=num_micro_batches, sizes=sizes)
+    covered = _not_covered(model, loss_fn, optimizer) is None and strategy == "micro"
     return {"peak": peak, "parameters": parameters, "gradients": parameters,
             "optimizer_state": state, "activations": max(0, peak - 2 * parameters - state),
             "theory": theoretical_peak(model, loss_fn, optimizer, x, sizes) if covered

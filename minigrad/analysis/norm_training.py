@@ -4,7 +4,7 @@
   every update the largest parameter and running-statistics gaps and, for both runs, the
   loss and accuracy on held-out data in eval mode (BatchNorm: running statistics, so their
   drift shows too); the first updates are judged by the rounding bound of
-  ``minigrad.analysis.bounds.trajectory_bounds``.
+  ``minigrad.analysis.trajectory.trajectory_bounds``.
 * ``gradient_limits``: how far rounding alone can move a gradient (normwise relative
   error and cosine), the yardstick for the divergence of accumulated BatchNorm.
 * ``ghost_batchnorm`` and ``ghost_control``: full-batch Ghost BatchNorm, the positive
@@ -32,9 +32,9 @@ from minigrad.analysis.bounds import (
     flat,
     gradient_bound,
     per_item_gradients,
-    trajectory_bounds,
 )
 from minigrad.analysis.metrics import eval_accuracy, vector_gap
+from minigrad.analysis.trajectory import trajectory_bounds
 from minigrad.engine import Tensor, backend, no_grad, validate
 
 
@@ -144,9 +144,9 @@ def eval_loss(model, loss_fn, x, y):
 
 
 def paired_training(make, make_optimizer, loss_fn, batches, sizes, held_out, *,
-                    batchnorm="micro", bound_updates=None):
+                    strategy="micro", bound_updates=None):
     """One update per ``(x, y)`` of ``batches``: full batch, and accumulated over
-    micro-batches of ``sizes`` (with ``batchnorm="micro"`` or ``"exact"``), from the same
+    micro-batches of ``sizes`` (``strategy="micro"`` or ``"exact_batchnorm"``), from the same
     ``make()`` and ``make_optimizer(params)``.
 
     Per update (lists): ``gap``, max |theta_acc - theta_full| over the parameters;
@@ -163,7 +163,7 @@ def paired_training(make, make_optimizer, loss_fn, batches, sizes, held_out, *,
     """
     batches = list(batches)
     x_test, y_test = held_out
-    split = dict(sizes=sizes, batchnorm=batchnorm)
+    split = dict(sizes=sizes, strategy=strategy)
     runs = {}
     for key, options in (("full", {}), ("accumulated", split)):
         model = make()
@@ -180,7 +180,7 @@ def paired_training(make, make_optimizer, loss_fn, batches, sizes, held_out, *,
         record["running_gap"].append(_max_gap(_running_stats(acc), _running_stats(full)))
     replay = batches if bound_updates is None else batches[:bound_updates]
     for full, acc, bound in trajectory_bounds(make, make_optimizer, loss_fn, replay, sizes,
-                                              batchnorm=batchnorm):
+                                              strategy=strategy):
         error = np.abs(flat(p.data for p in acc.parameters())
                        - flat(p.data for p in full.parameters()))
         record["bound"].append(float(np.max(bound)))

@@ -33,7 +33,7 @@ mistake           what the hand-written loop does
 
 ``compare`` trains full batch, the library's accumulation and each mistake from the same
 start on the same batches, and judges every run's parameter gap against the rounding bound
-of ``minigrad.analysis.bounds`` (``trajectory_bounds``): the right run stays within it,
+of ``minigrad.analysis.trajectory`` (``trajectory_bounds``): the right run stays within it,
 and a mistake that changes the training leaves it.
 """
 
@@ -42,9 +42,10 @@ import numpy as np
 from minigrad import optim
 from minigrad.accumulate import Accumulator, as_loss, micro_batches, step
 from minigrad.accumulate.guard import as_batch, check_optimizer, check_scheduler
-from minigrad.accumulate.split import check_sizes
-from minigrad.analysis.bounds import bound_ratio, flat, trajectory_bounds
-from minigrad.engine import backend, validate
+from minigrad.accumulate.split import check_sizes, positions
+from minigrad.analysis.bounds import bound_ratio, flat
+from minigrad.analysis.trajectory import trajectory_bounds
+from minigrad.engine import validate
 
 MISTAKES = ("none", "adam_count", "schedule", "weight_decay", "clipping", "zero_grad",
             "step_each")
@@ -176,9 +177,7 @@ def _micro_batch_sum(model, loss, optimizer, xj, yj, start):
     """The gradient of micro-batch j's per-item loss SUM (a list, one array per parameter)
     and that sum; dropout is keyed by the update count and the global sample index."""
     acc = Accumulator(model, loss, None, normalize="sum", step_index=optimizer.step_count)
-    xp = backend.get_namespace(xj)
-    index = xp.arange(start, start + xj.shape[0], device=backend.device(xj))
-    value = acc.add(xj, yj, sample_index=index)
+    value = acc.add(xj, yj, sample_index=positions(xj, start))
     grads = acc.gradients()
     acc.discard()
     return grads, value

@@ -12,7 +12,7 @@ import re
 
 from minigrad.accumulate import NORMALIZE
 from minigrad.analysis import check
-from minigrad.analysis.bounds import Diverged
+from minigrad.analysis.trajectory import Diverged
 from minigrad.apps.args import number, widths
 from minigrad.engine import validate
 
@@ -32,7 +32,7 @@ examples:
 # check's argument names, as flags (messages about two arguments name both)
 FLAGS = ("sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
          "weight_decay", "clip", "global_batch", "micro_batch", "micro_batches", "normalize",
-         "batchnorm", "steps", "dtype", "seed")
+         "strategy", "steps", "dtype", "seed")
 
 
 def register(commands):
@@ -73,8 +73,10 @@ def register(commands):
                    help="items: divide once by the update's items; micro_batches: the "
                         "textbook mean per micro-batch over their count; sum: no division"
                         + default)
-    p.add_argument("--batchnorm", choices=check.BATCHNORM, default="micro",
-                   help="exact: BatchNorm with the global batch's statistics" + default)
+    p.add_argument("--strategy", choices=check.STRATEGIES, default="micro",
+                   help="how a window is run: micro (each micro-batch alone), "
+                        "exact_batchnorm (BatchNorm with the global batch's statistics)"
+                        + default)
     p.add_argument("--steps", type=count("--steps"), default=20, help="updates" + default)
     p.add_argument("--dtype", choices=check.DTYPES, default="float64", help=default)
     p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
@@ -126,7 +128,7 @@ def _print(result):
     print(f"MLP {c['sizes']} ({c['activation']}, norm {c['norm']}, dropout {c['dropout']:g}), "
           f"{loss}, {rule}, {c['dtype']}")
     print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
-          f"(normalize={c['normalize']}, batchnorm={c['batchnorm']}), seed {c['seed']}")
+          f"(normalize={c['normalize']}, strategy={c['strategy']}), seed {c['seed']}")
     print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}")
     for row in result["updates"]:
         print(f"{row['step']:>6}  {_number(row['max_abs']):>10}  {_number(row['bound']):>10}  "

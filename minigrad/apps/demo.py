@@ -6,13 +6,14 @@ same model:
 
 * no normalisation layer: accumulated with the item-weighted rule over an uneven split,
   and with the textbook rule (each micro-batch's mean divided by the number of micro-batches);
-* BatchNorm: accumulated plainly, and with ``batchnorm="exact"``;
+* BatchNorm: accumulated plainly, and with ``strategy="exact_batchnorm"``;
 * GroupNorm, the fix the community recommends: accumulated plainly.
 
 Every run starts from the same weights and sees the same batches in the same order. After
 each update the largest parameter gap to its full-batch run is measured (absolute and in
 units in the last place); the verdict compares it with the rounding bound of
-``minigrad.analysis.bounds``, carried through the optimizer update by update.
+``minigrad.analysis.bounds``, carried through the optimizer update by update
+(``minigrad.analysis.trajectory``).
 """
 
 import contextlib
@@ -25,8 +26,9 @@ import numpy as np
 
 from minigrad import accumulate, nn, optim
 from minigrad.analysis import memory
-from minigrad.analysis.bounds import flat, trajectory_bounds
+from minigrad.analysis.bounds import flat
 from minigrad.analysis.metrics import eval_accuracy
+from minigrad.analysis.trajectory import trajectory_bounds
 from minigrad.apps import data as datasets
 
 GLOBAL_BATCH = 128
@@ -34,7 +36,7 @@ SPLIT = [48, 48, 20, 12]  # uneven on purpose: the textbook rule weighs 12 sampl
 HIDDEN = 64
 LR, MOMENTUM = 0.1, 0.9
 
-EXACT = {"sizes": SPLIT, "batchnorm": "exact"}
+EXACT = {"sizes": SPLIT, "strategy": "exact_batchnorm"}
 # The accumulation whose rounding bound each norm's runs are judged by: the one that is
 # full-batch training mathematically.
 EQUIVALENT = {None: {"sizes": SPLIT}, "batch": EXACT, "group": {"sizes": SPLIT}}
@@ -151,7 +153,7 @@ def main(args, bound=None):
 def trajectory_bound(norm, data, seed, progress):
     """Per update, the elementwise rounding bound on |theta_acc - theta_full| of the
     accumulation that IS full-batch training for this norm (``EQUIVALENT``), carried through
-    the optimizer update by update (``minigrad.analysis.bounds.trajectory_bounds``)."""
+    the optimizer update by update (``minigrad.analysis.trajectory.trajectory_bounds``)."""
     options = dict(EQUIVALENT[norm])
     sizes = options.pop("sizes")
     replay = trajectory_bounds(lambda: make_model(norm, seed), make_optimizer,

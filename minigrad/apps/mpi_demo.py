@@ -2,23 +2,21 @@
 
 Run it under MPI, e.g. ``mpirun -n 2 minigrad mpi-demo`` (as root Open MPI also wants
 ``--allow-run-as-root``; more ranks than cores want ``--oversubscribe``). Every rank trains
-the same MLP on scikit-learn's digits with ``minigrad.distributed.step``: each global batch
+the same MLP on scikit-learn's digits with ``accumulate.distributed.step``: each global batch
 is cut into uneven shards, one per rank, some targets are ``ignore_index``, each rank
 accumulates its shard over micro-batches, and the ranks all-reduce the gradient sum and the
 item count once per update. Rank 0 also trains the same model in one process on the whole
 batch and, after every update, judges the parameter gap by the floating-point bound of
-``minigrad.analysis.bounds`` (the accumulation bound holds for any order of the sums, the
+``minigrad.analysis.trajectory`` (the accumulation bound holds for any order of the sums, the
 all-reduce's included). Beside it, one process simulates what averaging each rank's MEAN
 gradient would do (``accumulate.step(sizes=shards, normalize="micro_batches")``): wrong for
 uneven shards. Last, it counts what one update communicates, for several numbers of
-micro-batches per rank.
+micro-batches per rank (``minigrad.analysis.communication``).
 """
 
 import argparse
 import functools
-import math
 import os
-import pickle
 import shutil
 import signal
 import subprocess
@@ -28,17 +26,10 @@ import numpy as np
 
 from minigrad import accumulate, nn, optim
 from minigrad.accumulate import distributed
-from minigrad.analysis.bounds import (
-    TrajectoryBound,
-    condition_number,
-    flat,
-    gradient_bound,
-    optimizer_kind,
-    optimizer_state,
-    per_item_gradients,
-    unit_roundoff,
-)
+from minigrad.analysis.bounds import flat, unit_roundoff
+from minigrad.analysis.communication import traffic
 from minigrad.analysis.metrics import eval_accuracy
+from minigrad.analysis.trajectory import TrajectoryReplay
 from minigrad.apps import data as datasets
 from minigrad.apps.args import number
 from minigrad.engine import validate
@@ -100,50 +91,17 @@ def uneven_shards(n, ranks):
     return distributed.shard_sizes(n, ranks, sizes + [n - sum(sizes)])
 
 
-class Counting:
-    """A communicator that counts what passes through it: the collectives called, the bytes
-    of the arrays given to ``Allreduce``/``Bcast`` and the pickled bytes of ``allgather``
-    (what this rank sends)."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.calls = {"Allreduce": 0, "allgather": 0, "Bcast": 0}
-        self.bytes = dict.fromkeys(self.calls, 0)
-
-    def Get_rank(self):  # noqa: N802 (mpi4py's names)
-        return self.comm.Get_rank()
-
-    def Get_size(self):  # noqa: N802
-        return self.comm.Get_size()
-
-    def allgather(self, obj):
-        self._count("allgather", len(pickle.dumps(obj)))
-        return self.comm.allgather(obj)
-
-    def Allreduce(self, send, receive, *op):  # noqa: N802
-        self._count("Allreduce", send.nbytes)
-        return self.comm.Allreduce(send, receive, *op)
-
-    def Bcast(self, buffer, root=0):  # noqa: N802
-        self._count("Bcast", buffer.nbytes)
-        return self.comm.Bcast(buffer, root=root)
-
-    def _count(self, name, nbytes):
-        self.calls[name] += 1
-        self.bytes[name] += nbytes
-
-
 def compare(comm, make, make_optimizer, loss, batches, *, shards=None, micro_batch_size=None,
-            max_grad_norm=None, batchnorm="micro"):
+            max_grad_norm=None, strategy="micro"):
     """Distributed training (every rank) beside one-process full-batch training (rank 0).
 
     Each ``(x, y)`` of ``batches`` is the global batch of one update; rank r trains on its
     shard (``shards``, default near-equal) in micro-batches of ``micro_batch_size``. After
     every update the replicas are checked to be bit-identical. Returns the distributed model
     and, on rank 0, per update ``{"step", "max_abs", "bound", "ratio"}`` (gap = |theta_dist -
-    theta_full|, elementwise bound as in ``analysis.bounds.trajectory_bounds``) and the
-    full-batch model; on the other ranks ``None`` twice. With ``batchnorm="exact"`` (sync
-    BatchNorm) the full-batch model's plain BatchNorm is the reference.
+    theta_full|, elementwise bound of ``analysis.trajectory.TrajectoryReplay``) and the
+    full-batch model; on the other ranks ``None`` twice. With ``strategy="exact_batchnorm"``
+    (sync BatchNorm) the full-batch model's plain BatchNorm is the reference.
     """
     rank = comm.Get_rank()
     model = make()
@@ -153,60 +111,24 @@ def compare(comm, make, make_optimizer, loss, batches, *, shards=None, micro_bat
     if rank == 0:
         full, probe = make(), make()
         full_opt = make_optimizer(full.parameters())
-        u = unit_roundoff(full.parameters()[0].dtype)
-        tracker = TrajectoryBound(optimizer_kind(full_opt), full_opt.hyperparams,
-                                  max_grad_norm, u)
-        batch_norm = any(isinstance(layer, nn.BatchNorm1d) for layer in full)
+        replay = TrajectoryReplay(full, full_opt, loss, max_grad_norm=max_grad_norm,
+                                  u=unit_roundoff(full.parameters()[0].dtype))
         rows = []
-    for t, (x, y) in enumerate(batches):
-        if rank == 0:  # the bound, as trajectory_bounds derives it, at the replicas' theta
+    for x, y in batches:
+        if rank == 0:  # the bound at the replicas' theta: a probe shares their arrays
             for q, p in zip(probe.parameters(), model.parameters()):
                 q.data = p.data
-            g_full = flat(accumulate.accumulated_gradients(full, loss, x, y,
-                                                           step_index=t).values())
-            g_at = flat(accumulate.accumulated_gradients(probe, loss, x, y,
-                                                         step_index=t).values())
-            rounding = gradient_bound(per_item_gradients(probe, loss, x, y, t),
-                                      loss.num_items(y), probe.sizes,
-                                      condition_number(probe, loss, x, y, t),
-                                      x.shape[0] if batch_norm else 0, u=u)
-            dg = flat(rounding.values()) + np.abs(g_at - g_full)
-            theta, before, lr = flat(p.data for p in full.parameters()), \
-                optimizer_state(full_opt), full_opt.lr
+            replay.measure(probe, x, y)
             accumulate.step(full, loss, full_opt, x, y, max_grad_norm=max_grad_norm)
         xr, yr = distributed.shard(x, y, comm, sizes=shards)
         distributed.step(model, loss, opt, xr, yr, comm=comm, micro_batch_size=micro_batch_size,
-                         max_grad_norm=max_grad_norm, batchnorm=batchnorm)
-        distributed.check_identical(model, comm, buffers=batchnorm == "exact")
+                         max_grad_norm=max_grad_norm, strategy=strategy)
+        distributed.check_identical(model, comm, buffers=strategy == "exact_batchnorm")
         if rank == 0:
-            bound = tracker.update(dg, theta, g_full, before, optimizer_state(full_opt), lr)
-            gap = np.abs(flat(p.data for p in model.parameters())
-                         - flat(p.data for p in full.parameters()))
-            ratio = float(np.max(gap / np.where(bound > 0, bound, 1.0)))
-            if np.any((bound == 0) & (gap != 0)):
-                ratio = math.inf
-            rows.append({"step": t + 1, "max_abs": float(np.max(gap)),
-                         "bound": float(np.max(bound)), "ratio": ratio})
+            seen = replay.observe(flat(p.data for p in model.parameters()))
+            rows.append({"step": seen.step, "max_abs": seen.max_abs,
+                         "bound": float(np.max(seen.bound)), "ratio": seen.ratio})
     return model, rows, full
-
-
-def traffic(comm, make, make_optimizer, loss, x, y, shards, micro_batch_counts):
-    """What ONE update communicates (counted on this rank) for each number of micro-batches
-    per rank: rows ``{"micro_batches", "Allreduce", "Allreduce_bytes", "allgather",
-    "allgather_bytes"}``. Each update runs on a fresh replica from the same start."""
-    rows = []
-    for k in micro_batch_counts:
-        model = make()
-        opt = make_optimizer(model.parameters())
-        xr, yr = distributed.shard(x, y, comm, sizes=shards)
-        counting = Counting(comm)
-        distributed.step(model, loss, opt, xr, yr, comm=counting,
-                         num_micro_batches=min(k, xr.shape[0]))
-        rows.append({"micro_batches": k, **{name: counting.calls[name] for name in
-                                            ("Allreduce", "allgather")},
-                     **{f"{name}_bytes": counting.bytes[name] for name in
-                        ("Allreduce", "allgather")}})
-    return rows
 
 
 def batches(x, y, updates, seed, ignore_fraction=IGNORE_FRACTION):
@@ -266,7 +188,7 @@ def _print(args, rows, models, test, shards, counted, equivalent):
                                     - flat(p.data for p in full.parameters()))))
     table = [
         ("1 process, full batch", full, "-", "-", "the reference"),
-        (f"{ranks}, minigrad.distributed", model, f"{gap:.1e}", f"{ratio:.2g}",
+        (f"{ranks}, accumulate.distributed", model, f"{gap:.1e}", f"{ratio:.2g}",
          "IS full-batch training (within the bound)" if equivalent else
          "NOT within the bound"),
     ]

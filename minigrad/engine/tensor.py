@@ -13,6 +13,7 @@ array([2., 4., 6.])
 
 import numbers
 import operator
+from functools import partialmethod
 
 from minigrad.engine import backend, graph, shapes, validate
 from minigrad.engine.graph import is_grad_enabled, no_grad
@@ -70,6 +71,7 @@ class Tensor:
     size = property(lambda self: backend.size(self.data))
     device = property(lambda self: backend.device(self.data))
     is_leaf = property(lambda self: self._backward is None)
+    T = property(lambda self: self.transpose())
 
     def __repr__(self):
         flag = ", requires_grad=True" if self.requires_grad else ""
@@ -97,11 +99,8 @@ class Tensor:
     # ----- elementwise arithmetic --------------------------------------------------------
     def __add__(self, other):
         other = self._lift(other)
-
-        def backward(g):
-            return g, g
-
-        return primitive(_broadcasting("+", operator.add, self, other), (self, other), backward)
+        out = shapes.broadcasting(operator.add, self.data, other.data, "+")
+        return primitive(out, (self, other), lambda g: (g, g))
 
     def __sub__(self, other):
         return self + (-self._lift(other))  # negation is exact: the same bits as x - y
@@ -109,17 +108,18 @@ class Tensor:
     def __mul__(self, other):
         other = self._lift(other)
         x, y = self.data, other.data
+        out = shapes.broadcasting(operator.mul, x, y, "*")
 
         def backward(g):
             return g * y, g * x
 
-        return primitive(_broadcasting("*", operator.mul, self, other), (self, other), backward)
+        return primitive(out, (self, other), backward)
 
     def __truediv__(self, other):
         # A primitive, not self * (1 / other): that would round twice.
         other = self._lift(other)
         y = other.data
-        out = _broadcasting("/", operator.truediv, self, other)
+        out = shapes.broadcasting(operator.truediv, self.data, y, "/")
 
         def backward(g):
             gx = g / y
@@ -128,10 +128,7 @@ class Tensor:
         return primitive(out, (self, other), backward)
 
     def __neg__(self):
-        def backward(g):
-            return -g
-
-        return primitive(-self.data, (self,), backward)
+        return primitive(-self.data, (self,), lambda g: -g)
 
     def __pow__(self, p):
         if isinstance(p, bool) or not isinstance(p, numbers.Real):
@@ -139,11 +136,7 @@ class Tensor:
                             "Tensor exponent works as base ** tensor with a number base)")
         p = int(p) if isinstance(p, numbers.Integral) else float(p)
         x = self.data
-
-        def backward(g):
-            return g * (p * x ** (p - 1)) if p != 0 else g * 0.0
-
-        return primitive(x**p, (self,), backward)
+        return primitive(x**p, (self,), lambda g: g * (p * x ** (p - 1)) if p != 0 else g * 0.0)
 
     def __rpow__(self, base):
         """``base ** self`` for a number ``base``: d/dt c^t = c^t log c."""
@@ -152,11 +145,7 @@ class Tensor:
         xp = self.xp
         c = xp.asarray(float(base), dtype=self.dtype, device=self.device)
         out = c**self.data
-
-        def backward(g):
-            return g * out * xp.log(c)
-
-        return primitive(out, (self,), backward)
+        return primitive(out, (self,), lambda g: g * out * xp.log(c))
 
     def __radd__(self, other):
         return self._lift(other) + self
@@ -173,27 +162,15 @@ class Tensor:
     # ----- elementwise functions ---------------------------------------------------------
     def exp(self):
         out = self.xp.exp(self.data)
-
-        def backward(g):
-            return g * out
-
-        return primitive(out, (self,), backward)
+        return primitive(out, (self,), lambda g: g * out)
 
     def log(self):
         x = self.data
-
-        def backward(g):
-            return g / x
-
-        return primitive(self.xp.log(x), (self,), backward)
+        return primitive(self.xp.log(x), (self,), lambda g: g / x)
 
     def sqrt(self):
         out = self.xp.sqrt(self.data)
-
-        def backward(g):
-            return g / (2.0 * out)
-
-        return primitive(out, (self,), backward)
+        return primitive(out, (self,), lambda g: g / (2.0 * out))
 
     def tanh(self):
         out = self.xp.tanh(self.data)
@@ -226,7 +203,7 @@ class Tensor:
     # ----- reductions and shape ------------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
         xp, shape = self.xp, self.shape
-        axis = None if axis is None or self.ndim == 0 else shapes.axes(axis, self.ndim, "sum")
+        axis = shapes.reduced_axes(axis, self.ndim, "sum")
         keepdims = validate.boolean("keepdims", keepdims)
 
         def backward(g):
@@ -237,80 +214,45 @@ class Tensor:
         return primitive(xp.sum(self.data, axis=axis, keepdims=keepdims), (self,), backward)
 
     def mean(self, axis=None, keepdims=False):
-        axis = None if axis is None or self.ndim == 0 else shapes.axes(axis, self.ndim, "mean")
+        axis = shapes.reduced_axes(axis, self.ndim, "mean")
         count = graph.reduced_count(self.shape, axis)
         return self.sum(axis=axis, keepdims=keepdims) / count
 
     def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         xp, old = self.xp, self.shape
         shape = shapes.reshaped(shape, self.size, old)
-
-        def backward(g):
-            return xp.reshape(g, old)
-
-        return primitive(xp.reshape(self.data, tuple(shape)), (self,), backward)
+        return primitive(xp.reshape(self.data, shape), (self,), lambda g: xp.reshape(g, old))
 
     def transpose(self, axes=None):
         """Permute the axes (reverse them when ``axes`` is None), like ``numpy.transpose``."""
         xp = self.xp
-        axes = tuple(reversed(range(self.ndim))) if axes is None else \
-            shapes.permutation(axes, self.ndim)  # axes >= 0, as the inverse below needs
-        inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
-
-        def backward(g):
-            return xp.permute_dims(g, inverse)
-
-        return primitive(xp.permute_dims(self.data, axes), (self,), backward)
-
-    @property
-    def T(self):
-        return self.transpose()
+        axes = shapes.permutation(axes, self.ndim)
+        inverse = shapes.inverse(axes)
+        return primitive(xp.permute_dims(self.data, axes), (self,),
+                         lambda g: xp.permute_dims(g, inverse))
 
     def __matmul__(self, other):
         other = self._lift(other)
-        if self.ndim == 0 or other.ndim == 0:
-            raise ValueError("matmul needs operands with at least 1 dimension, got shapes "
-                             f"{self.shape} and {other.shape}")
-        inner = other.shape[-2] if other.ndim > 1 else other.shape[0]
-        if self.shape[-1] != inner:
-            raise ValueError(f"matmul shape mismatch: {self.shape} @ {other.shape} "
-                             f"(inner dimensions {self.shape[-1]} != {inner})")
-        shapes.broadcast_shapes(self.shape[:-2], other.shape[:-2], "@ (batch dimensions)")
+        shape = shapes.matmul(self.shape, other.shape)
+        # A 1-d operand is a (1, k) row or a (k, 1) column, and that axis is dropped after.
         a = self if self.ndim > 1 else self.reshape(1, self.shape[0])
         b = other if other.ndim > 1 else other.reshape(other.shape[0], 1)
         out = _matmul(a, b)
-        if self.ndim == 1 or other.ndim == 1:
-            shape = out.shape[:-2] + out.shape[-2:][self.ndim == 1:2 - (other.ndim == 1)]
-            out = out.reshape(shape)
-        return out
+        return out.reshape(shape) if self.ndim == 1 or other.ndim == 1 else out
 
     def __rmatmul__(self, other):
         return self._lift(other) @ self
 
     # ----- comparisons (no gradient) -------------------------------------------------------
     def _compare(self, other, op):
-        return Tensor(_broadcasting(op.__name__, op, self, self._lift(other)))
+        return Tensor(shapes.broadcasting(op, self.data, self._lift(other).data, op.__name__))
 
-    def __lt__(self, other):
-        return self._compare(other, operator.lt)
-
-    def __le__(self, other):
-        return self._compare(other, operator.le)
-
-    def __gt__(self, other):
-        return self._compare(other, operator.gt)
-
-    def __ge__(self, other):
-        return self._compare(other, operator.ge)
-
-    def eq(self, other):
-        return self._compare(other, operator.eq)
-
-    def ne(self, other):
-        return self._compare(other, operator.ne)
-
-    __hash__ = object.__hash__
+    __lt__ = partialmethod(_compare, op=operator.lt)
+    __le__ = partialmethod(_compare, op=operator.le)
+    __gt__ = partialmethod(_compare, op=operator.gt)
+    __ge__ = partialmethod(_compare, op=operator.ge)
+    eq = partialmethod(_compare, op=operator.eq)
+    ne = partialmethod(_compare, op=operator.ne)
 
     # ----- reverse mode ----------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=False):
@@ -326,6 +268,7 @@ class Tensor:
                             f"{type(gradient).__name__}")
         retain_graph = validate.boolean("retain_graph", retain_graph)
         graph.backward(self, graph.seed(self, gradient), retain_graph=retain_graph)
+
 
 def primitive(data, inputs, backward):
     """A new primitive's result: the Tensor holding ``data``, computed from ``inputs``.
@@ -374,15 +317,6 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return f"Parameter({self.data!r})"
-
-
-def _broadcasting(name, op, a, b):
-    """``op(a.data, b.data)``; a broadcasting failure names both shapes (as PyTorch does)."""
-    try:
-        return op(a.data, b.data)
-    except ValueError:
-        shapes.broadcast_shapes(a.shape, b.shape, name)  # raises, naming the shapes
-        raise
 
 
 def _matmul(a, b):

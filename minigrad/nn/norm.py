@@ -101,23 +101,24 @@ class BatchNorm1d(Module):
             self.register_buffer("running_var", xp.ones(num_features, dtype=dt, device=device))
             self.register_buffer("num_batches_tracked", xp.asarray(0, dtype=xp.int64,
                                                                    device=device))
-        self.global_stats = None  # set by exact accumulation for the length of one step
 
     def _check(self, x):
         if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
             raise ValueError(f"BatchNorm1d({self.num_features}) expects input of shape (N, "
                              f"{self.num_features}) or (N, {self.num_features}, L), got {x.shape}")
 
-    def forward(self, x):
+    def forward(self, x, statistics=None):
+        """``statistics``: in training, an object whose ``standardize(x, axes)`` gives x_hat
+        from whole-batch statistics instead of ``x``'s own (exact accumulation,
+        ``minigrad.accumulate.exact_batchnorm``); the running statistics are then left alone."""
         x = F.as_input(x, f"BatchNorm1d({self.num_features})", self.weight if self.affine
                        else None)
         self._check(x)
         axes = (0,) if x.ndim == 2 else (0, 2)
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
         use_batch = self.training or not self.track_running_stats
-        if self.training and self.global_stats is not None:
-            # Exact accumulation (minigrad.accumulate.exact_batchnorm): whole-batch statistics.
-            x_hat = self.global_stats.standardize(x, axes)
+        if self.training and statistics is not None:
+            x_hat = statistics.standardize(x, axes)
         elif self.training and (self.ghost_batch_size or x.shape[0]) < x.shape[0]:
             # virtual batches; ghost_batch_size >= N is one: plain BatchNorm, below
             x_hat = self._ghost_forward(x)

@@ -157,15 +157,15 @@ def test_scheduler_step_checks_the_rate_before_it_advances():
 
 # ----- 2. KeyboardInterrupt from inside a loss function --------------------------------------
 @pytest.mark.parametrize("error", [KeyboardInterrupt, Boom])
-@pytest.mark.parametrize("batchnorm", ["micro", "exact"])
-def test_an_interrupt_in_micro_batch_two_changes_nothing(error, batchnorm):
+@pytest.mark.parametrize("strategy", ["micro", "exact_batchnorm"])
+def test_an_interrupt_in_micro_batch_two_changes_nothing(error, strategy):
     model, opt, sched, x, y = setup()
     before = state(model, opt, sched)
     # exact BatchNorm makes several passes: fail in the last (real) one's second micro-batch
-    fail_on = 1 if batchnorm == "micro" else 3
+    fail_on = 1 if strategy == "micro" else 3
     with pytest.raises(error):
         accumulate_step(model, failing_loss(fail_on, error), opt, x, y, micro_batch_size=4,
-                        scheduler=sched, batchnorm=batchnorm)
+                        scheduler=sched, strategy=strategy)
     assert_equal_state(state(model, opt, sched), before)
 
 
@@ -324,8 +324,8 @@ def test_an_optimizer_of_some_of_the_parameters_trains_only_those():
      "sum to the batch size 4"),
     (np.zeros((4, 3)), np.zeros(4, dtype=np.int64), {"micro_batch_size": True}, TypeError,
      "micro_batch_size must be a positive int"),
-    (np.zeros((4, 3)), np.zeros(4, dtype=np.int64), {"batchnorm": "Exact"}, ValueError,
-     "batchnorm must be one of"),
+    (np.zeros((4, 3)), np.zeros(4, dtype=np.int64), {"strategy": "Exact"}, ValueError,
+     "strategy must be one of"),
     (np.zeros((4, 3)), np.zeros(4, dtype=np.int64), {"max_grad_norm": float("nan")},
      ValueError, "max_grad_norm must be a finite number"),
 ])
@@ -462,5 +462,5 @@ def test_exact_batchnorm_with_one_sample_is_a_clear_error():
     model, opt, sched, x, y = setup()
     before = state(model, opt, sched)
     with pytest.raises(ValueError, match="more than 1 value per channel"):
-        accumulate_step(model, nn.CrossEntropyLoss(), opt, x[:1], y[:1], batchnorm="exact")
+        accumulate_step(model, nn.CrossEntropyLoss(), opt, x[:1], y[:1], strategy="exact_batchnorm")
     assert_equal_state(state(model, opt, sched), before)

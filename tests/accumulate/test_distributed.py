@@ -11,7 +11,7 @@ JSON line, and the tests below judge them. What they show:
   index are what makes that hold;
 * floating point: cross-entropy with ``ignore_index`` (one rank's shard wholly ignored in the
   first update), uneven shards, SGD with momentum and Adam with clipping, and sync BatchNorm
-  (``batchnorm="exact"``): the gap to full-batch training is within the derived float64
+  (``strategy="exact_batchnorm"``): the gap to full-batch training is within the derived float64
   bound (``mpi_demo.compare``) at every update; BatchNorm with per-rank statistics is not
   (the comparison can fail);
 * the replicas stay bit-identical, and ``check_identical`` notices one ulp of difference;
@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__":  # the MPI worker: the helpers that conftest.py puts on the path
     sys.path.insert(0, os.path.dirname(HERE))
 
+from custom_strategy import Reversed  # noqa: E402
 from dyadic import coarsen, dyadic_mlp, regression  # noqa: E402
 from helpers import require_mpi, to_np  # noqa: E402
 
@@ -73,7 +74,7 @@ def case_dyadic(comm, optimizer):
     return {"equal": equal}
 
 
-def case_bound(comm, optimizer, norm=None, batchnorm="micro"):
+def case_bound(comm, optimizer, norm=None, strategy="micro"):
     """Cross-entropy with ignore_index over uneven shards: gap / bound per update."""
     xp = backend.resolve_namespace("numpy")
     rng = np.random.default_rng(14)
@@ -94,7 +95,7 @@ def case_bound(comm, optimizer, norm=None, batchnorm="micro"):
                       seed=3, xp=xp)
 
     _, rows, _ = mpi_demo.compare(comm, make, make_opt, nn.CrossEntropyLoss(), batches,
-                                  shards=shards, micro_batch_size=3, batchnorm=batchnorm,
+                                  shards=shards, micro_batch_size=3, strategy=strategy,
                                   max_grad_norm=1.0 if optimizer == "adam" else None)
     return {"ratios": None if rows is None else [r["ratio"] for r in rows],
             "gaps": None if rows is None else [r["max_abs"] for r in rows]}
@@ -130,7 +131,7 @@ def case_failure(comm, where):
     if rank == 1 and where == "argument":
         kwargs = {"micro_batch_size": 0}
     if rank == 1 and where == "call":
-        kwargs = {"micro_batch_size": 2, "batchnorm": "exact"}
+        kwargs = {"micro_batch_size": 2, "strategy": "exact_batchnorm"}
     try:
         distributed.step(model, loss, opt, xr, yr, comm=comm, **kwargs)
         raised = None
@@ -145,6 +146,46 @@ def case_failure(comm, where):
     distributed.step(model, nn.MSELoss(), opt, xr, yr, comm=comm, micro_batch_size=2)
     distributed.check_identical(model, comm)
     return {"raised": raised, "unchanged": unchanged}
+
+
+STRATEGIES = {"micro": lambda: "micro", "exact_batchnorm": lambda: "exact_batchnorm",
+              "reversed": Reversed}  # the last one from a test file, unknown to minigrad
+
+
+def case_strategies(comm):
+    """Every strategy, the same code: on ONE MPI rank (a communicator of this rank alone)
+    == one process, BatchNorm and dropout included (the same arithmetic); on the dyadic MLP,
+    2 ranks == one process over the same micro-batches (every sum is exact)."""
+    xp = backend.resolve_namespace("numpy")
+    single = comm.Split(comm.Get_rank(), 0)
+    results = {}
+    for name, strategy in STRATEGIES.items():
+        x, y = regression(xp, n=10, seed=3)
+        models = [nn.MLP([3, 6, 2], norm="batch", dropout=0.25, seed=1, xp=xp) for _ in "ab"]
+        opts = [optim.Adam(m.parameters(), lr=0.01) for m in models]
+        for _ in range(2):
+            accumulate_step(models[0], nn.MSELoss(), opts[0], x, y, sizes=[3, 3, 4],
+                            strategy=strategy())
+            distributed.step(models[1], nn.MSELoss(), opts[1], x, y, comm=single,
+                             sizes=[3, 3, 4], strategy=strategy())
+        one_rank = bool(np.array_equal(flat_params(models[0]), flat_params(models[1])))
+        model, full = dyadic_mlp(xp, dropout=0.5), dyadic_mlp(xp, dropout=0.5)
+        distributed.broadcast_parameters(model, comm)
+        opt, full_opt = optim.SGD(model.parameters(), lr=0.125), optim.SGD(full.parameters(),
+                                                                           lr=0.125)
+        two_ranks = []
+        for t in range(3):
+            x, y = regression(xp, seed=t)
+            xr, yr = distributed.shard(x, y, comm, sizes=[5, 3])
+            distributed.step(model, nn.MSELoss(), opt, xr, yr, comm=comm, micro_batch_size=2,
+                             strategy=strategy())
+            accumulate_step(full, nn.MSELoss(), full_opt, x, y, sizes=[2, 2, 1, 2, 1],
+                            strategy=strategy())
+            two_ranks.append(bool(np.array_equal(flat_params(model), flat_params(full))))
+            coarsen(model), coarsen(full)
+        results[name] = {"one_rank": one_rank, "two_ranks": two_ranks}
+    single.Free()
+    return results
 
 
 def case_one_ulp(comm):
@@ -166,14 +207,16 @@ CASES = {
     "dyadic_adam": lambda comm: case_dyadic(comm, "adam"),
     "bound_sgd": lambda comm: case_bound(comm, "sgd"),
     "bound_adam": lambda comm: case_bound(comm, "adam"),
-    "sync_batchnorm": lambda comm: case_bound(comm, "sgd", norm="batch", batchnorm="exact"),
-    "local_batchnorm": lambda comm: case_bound(comm, "sgd", norm="batch", batchnorm="micro"),
+    "sync_batchnorm": lambda comm: case_bound(comm, "sgd", norm="batch",
+                                              strategy="exact_batchnorm"),
+    "local_batchnorm": lambda comm: case_bound(comm, "sgd", norm="batch", strategy="micro"),
     "fail_forward": lambda comm: case_failure(comm, "forward"),
     "fail_update": lambda comm: case_failure(comm, "update"),
     "fail_argument": lambda comm: case_failure(comm, "argument"),
     "fail_call": lambda comm: case_failure(comm, "call"),
     "fail_interrupt": lambda comm: case_failure(comm, "interrupt"),
     "one_ulp": case_one_ulp,
+    "strategies": case_strategies,
 }
 
 
@@ -243,6 +286,13 @@ def test_an_interrupt_stays_an_interrupt_on_its_rank(ranks):
     assert ranks[1]["fail_interrupt"]["raised"]["type"] == "KeyboardInterrupt"
     assert ranks[0]["fail_interrupt"]["raised"]["ranks"] == [1]
     assert ranks[0]["fail_interrupt"]["unchanged"] and ranks[1]["fail_interrupt"]["unchanged"]
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_strategy_runs_on_one_and_two_ranks_as_in_one_process(ranks, name):
+    for rank in (0, 1):
+        assert ranks[rank]["strategies"][name] == {"one_rank": True,
+                                                   "two_ranks": [True, True, True]}
 
 
 def test_check_identical_sees_one_ulp(ranks):

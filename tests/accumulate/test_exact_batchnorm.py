@@ -1,4 +1,4 @@
-"""Exact BatchNorm accumulation: accumulate.step(..., batchnorm="exact") IS full-batch
+"""Exact BatchNorm accumulation: accumulate.step(..., strategy="exact_batchnorm") IS full-batch
 BatchNorm training (gradients, trajectories, running statistics), for any split, at any
 BatchNorm depth, while plain accumulation is not."""
 
@@ -98,7 +98,7 @@ def test_one_update_equals_full_batch_for_any_split_and_depth(xp, problem):
     full, start, _ = train(sizes, xp, x, y, loss, 1, lr=1.0, momentum=0.0, seed=seed,
                            activation=activation)
     exact, _, _ = train(sizes, xp, x, y, loss, 1, lr=1.0, momentum=0.0, seed=seed,
-                        activation=activation, sizes=split, batchnorm="exact")
+                        activation=activation, sizes=split, strategy="exact_batchnorm")
     names = [name for name, _ in full.named_parameters()]
     start = to_np({k: start[k] for k in names})
     grad_full = {k: start[k] - v for k, v in to_np(dict(full.named_parameters())).items()}
@@ -119,7 +119,7 @@ def test_trajectories_and_running_statistics_equal_full_batch(problem):
     full, _, full_losses = train(sizes, xp, x, y, nn.CrossEntropyLoss(), 3, seed=seed,
                                  activation=activation)
     exact, _, exact_losses = train(sizes, xp, x, y, nn.CrossEntropyLoss(), 3, seed=seed,
-                                   activation=activation, sizes=split, batchnorm="exact")
+                                   activation=activation, sizes=split, strategy="exact_batchnorm")
     # float_state holds parameters and running_mean / running_var of every BatchNorm.
     assert gap(float_state(exact), float_state(full)) <= 3 * tolerance(sizes, n)
     assert np.allclose(exact_losses, full_losses, rtol=3 * tolerance(sizes, n), atol=0)
@@ -133,7 +133,7 @@ def test_contrast_plain_accumulation_is_not_full_batch(xp, split):
     x, y = data(xp, 16, 3, 3, seed=7)
     loss = nn.CrossEntropyLoss()
     full, _, _ = train(sizes, xp, x, y, loss, 2)
-    exact, _, _ = train(sizes, xp, x, y, loss, 2, sizes=split, batchnorm="exact")
+    exact, _, _ = train(sizes, xp, x, y, loss, 2, sizes=split, strategy="exact_batchnorm")
     assert gap(float_state(exact), float_state(full)) <= 3 * tolerance(sizes, 16)
     if min(split) >= 2:  # plain BatchNorm cannot even run on a micro-batch of one
         plain, _, _ = train(sizes, xp, x, y, loss, 2, sizes=split)
@@ -147,7 +147,7 @@ def test_dropout_and_mse_with_exact_batchnorm(xp):
     y = xp.asarray(rng.normal(size=(12, 2)))
     full, _, _ = train(sizes, xp, x, y, nn.MSELoss(), 3, dropout=0.3)
     exact, _, _ = train(sizes, xp, x, y, nn.MSELoss(), 3, dropout=0.3, sizes=[5, 2, 5],
-                        batchnorm="exact")
+                        strategy="exact_batchnorm")
     assert gap(float_state(exact), float_state(full)) <= 3 * tolerance(sizes, 12)
 
 
@@ -160,7 +160,7 @@ def test_hand_built_sequential_with_ignore_index(xp):
     y = xp.where(xp.arange(10) % 4 == 0, xp.asarray(-100), y)
     loss = nn.CrossEntropyLoss()
     for model, split in ((model_full, {}), (model_exact, {"sizes": [3, 3, 4],
-                                                          "batchnorm": "exact"})):
+                                                          "strategy": "exact_batchnorm"})):
         # SGD, not Adam: the bias of a Linear just before a BatchNorm has a gradient that is
         # mathematically 0, so both runs hold rounding noise there, and Adam's first step
         # moves each entry by lr * sign(noise), which differs between the two runs.
@@ -175,18 +175,21 @@ def test_refusals_leave_everything_unchanged(xp):
     x, y = data(xp, 8, 3, 3, seed=2)
     bad_y = xp.where(xp.arange(8) == 7, xp.asarray(5), y)  # label 5 of 3 in the last micro-batch
     before = {k: backend.to_numpy(v).copy() for k, v in model.state_dict().items()}
+    attributes = {name: dict(vars(m)) for name, m in model.named_modules()}
     with pytest.raises(ValueError, match="target labels"):
-        step(model, nn.CrossEntropyLoss(), opt, x, bad_y, sizes=[4, 4], batchnorm="exact")
+        step(model, nn.CrossEntropyLoss(), opt, x, bad_y, sizes=[4, 4],
+             strategy="exact_batchnorm")
     after = model.state_dict()
     assert all(np.array_equal(backend.to_numpy(after[k]), before[k]) for k in before)
     assert opt.step_count == 0
     assert all(p.grad is None for p in model.parameters())
-    assert model[1].global_stats is None
+    # nothing was attached to a layer: the statistics are passed as an argument
+    assert {name: dict(vars(m)) for name, m in model.named_modules()} == attributes
     with pytest.raises(ValueError, match="normalize='items'"):
-        step(model, nn.CrossEntropyLoss(), opt, x, y, sizes=[4, 4], batchnorm="exact",
+        step(model, nn.CrossEntropyLoss(), opt, x, y, sizes=[4, 4], strategy="exact_batchnorm",
              normalize="micro_batches")
-    with pytest.raises(ValueError, match="batchnorm must be"):
-        step(model, nn.CrossEntropyLoss(), opt, x, y, batchnorm="ghost")
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        step(model, nn.CrossEntropyLoss(), opt, x, y, strategy="ghost")
 
 
 def test_nested_batchnorm_is_refused():
@@ -202,4 +205,4 @@ def test_nested_batchnorm_is_refused():
     opt = optim.SGD(model.parameters(), lr=0.1)
     x, y = np.ones((4, 2)), np.zeros((4, 3))
     with pytest.raises(TypeError, match="directly in the Sequential"):
-        step(model, nn.MSELoss(), opt, x, y, sizes=[2, 2], batchnorm="exact")
+        step(model, nn.MSELoss(), opt, x, y, sizes=[2, 2], strategy="exact_batchnorm")

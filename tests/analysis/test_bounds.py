@@ -1,25 +1,23 @@
-"""The rounding bounds of minigrad.analysis.bounds: written in the dtype's unit roundoff,
-equal to their formulas on a hand-computed case, and needed as they are (a float32 gap is
-within the float32 bound and beyond the float64 one). The equivalence tests under
-tests/analysis/ use the same functions through tests/bounds.py."""
+"""The gradient bound of minigrad.analysis.bounds: written in the dtype's unit roundoff and
+equal to its formula on a hand-computed case (that a float32 trajectory needs the float32
+bound is in test_trajectory.py). The equivalence tests under tests/analysis/ use the same
+functions through tests/bounds.py."""
 
 import math
 
 import numpy as np
 import pytest
 
-from minigrad import nn, optim
+from minigrad import nn
 from minigrad.accumulate import accumulated_gradients
 from minigrad.analysis import bounds
 from minigrad.analysis.bounds import (
     U32,
     U64,
     bound_ratio,
-    flat,
     gamma,
     gradient_bound,
     per_item_gradients,
-    trajectory_bounds,
     unit_roundoff,
 )
 
@@ -71,50 +69,3 @@ def test_per_item_gradients_add_up_to_the_summed_gradient(dtype):
         total = sum(a[name] for a in per_item)
         assert np.allclose(total, np.asarray(g, dtype=np.float64), rtol=0,
                            atol=100 * unit_roundoff(dtype) * np.max(np.abs(total)))
-
-
-def test_a_float32_trajectory_needs_the_float32_bound():
-    """GELU and LayerNorm (no kink), Adam with clipping: the float32 gap is within the bound
-    in u = 2^-24 at every update, and beyond the same bound in float64's u: the dtype
-    changes the bound, nothing else does."""
-    rng = np.random.default_rng(1)
-    data = [(rng.normal(size=(12, 6)).astype("float32"), rng.integers(0, 3, 12))
-            for _ in range(3)]
-
-    def make():
-        return nn.MLP([6, 8, 3], activation="gelu", norm="layer", seed=1, dtype="float32")
-
-    ratios = {}
-    for u in (U32, U64):
-        replay = trajectory_bounds(make, lambda ps: optim.Adam(ps, lr=1e-2),
-                                   nn.CrossEntropyLoss(), data, [5, 5, 2], max_grad_norm=1.0,
-                                   u=u)
-        ratios[u] = [bound_ratio(np.abs(flat(p.data for p in acc.parameters())
-                                        - flat(p.data for p in full.parameters())), bound)
-                     for full, acc, bound in replay]
-    assert max(ratios[U32]) <= 1.0
-    assert max(ratios[U64]) > 1.0
-
-
-def test_trajectory_bounds_leaves_batchnorm_statistics_to_the_updates():
-    # The bound's measurements run training-mode forwards; the yielded models must carry
-    # the running statistics of their updates alone, as models trained by step() do.
-    import numpy as np
-
-    from minigrad import accumulate, nn, optim
-    from minigrad.analysis.bounds import trajectory_bounds
-
-    def make():
-        return nn.MLP([3, 4, 2], norm="batch", seed=0)
-
-    rng = np.random.default_rng(0)
-    batches = [(rng.normal(size=(8, 3)), rng.integers(0, 2, 8)) for _ in range(2)]
-    loss = nn.CrossEntropyLoss()
-    plain = make()
-    opt = optim.SGD(plain.parameters(), lr=0.1)
-    for x, y in batches:
-        accumulate.step(plain, loss, opt, x, y)
-    *_, (full, _, _) = trajectory_bounds(make, lambda p: optim.SGD(p, lr=0.1), loss,
-                                         batches, [4, 4])
-    for (name, a), (_, b) in zip(plain.named_buffers(), full.named_buffers()):
-        assert np.array_equal(np.asarray(a), np.asarray(b)), name

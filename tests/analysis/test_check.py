@@ -9,8 +9,8 @@ import pytest
 
 from minigrad import nn
 from minigrad.analysis import check as checking
-from minigrad.analysis.bounds import Diverged
 from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS, check
+from minigrad.analysis.trajectory import Diverged
 
 SMALL = dict(global_batch=10, steps=3)
 
@@ -47,7 +47,7 @@ def test_what_breaks_equivalence_is_named_and_measured(options, reason):
 
 
 def test_exact_batchnorm_is_full_batch_training():
-    result = check([3, 6, 6, 4], norm="batch", batchnorm="exact", micro_batch=4, **SMALL)
+    result = check([3, 6, 6, 4], norm="batch", strategy="exact_batchnorm", micro_batch=4, **SMALL)
     assert result["equivalent"] and result["reasons"] == []
 
 
@@ -112,7 +112,7 @@ def test_the_result_is_json_with_the_documented_schema():
     assert list(config) == ["sizes", "activation", "norm", "dropout", "loss",
                             "ignore_fraction", "optimizer", "lr", "weight_decay", "clip",
                             "global_batch", "micro_batch", "micro_batches", "normalize",
-                            "batchnorm", "steps", "dtype", "seed"]
+                            "strategy", "steps", "dtype", "seed"]
     assert config["micro_batches"] is None and config["clip"] == 0.5
     for row in result["updates"]:
         assert list(row) == ["step", "max_abs", "max_rel", "max_ulp", "bound", "ratio"]
@@ -134,8 +134,8 @@ def test_the_result_is_json_with_the_documented_schema():
     (dict(micro_batch=2, dropout=1.5), ValueError, "dropout must be a finite number with 0"),
     (dict(micro_batch=2, loss="mse", ignore_fraction=0.2), ValueError,
      "ignore_fraction must be 0 with loss='mse'"),
-    (dict(micro_batch=2, batchnorm="exact", normalize="sum"), ValueError,
-     "batchnorm='exact' needs normalize='items', got normalize='sum'"),
+    (dict(micro_batch=2, strategy="exact_batchnorm", normalize="sum"), ValueError,
+     "strategy='exact_batchnorm' needs normalize='items', got normalize='sum'"),
     (dict(micro_batch=3, norm="batch"), ValueError,
      "micro_batch=3 splits global_batch=10 into micro-batches as small as 1"),
 ])

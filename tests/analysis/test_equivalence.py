@@ -160,7 +160,7 @@ FACTORY = (r"^model_factory must be a function returning a new model \(e.g. lamb
     ({"sizes": [4, 4]}, ValueError, r"^micro-batch sizes \[4, 4\] must be positive and sum "
                                     "to the batch size 6$"),
     ({"sizes": [3, 3], "micro_batch_size": 3}, ValueError,
-     "^give at most one of micro_batch_size, num_micro_batches, sizes$"),
+     "^give at most one of micro_batch_size, num_micro_batches, sizes; got "),
     ({"normalize": "mean"}, ValueError, "^normalize must be one of 'items', 'micro_batches', "
                                         "'sum', got 'mean'$"),
 ])

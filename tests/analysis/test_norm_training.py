@@ -128,7 +128,7 @@ def test_paired_training_batchnorm_plain_beyond_exact_within():
     loss = nn.CrossEntropyLoss()
     plain = paired_training(_factory("batch"), _sgd, loss, batches, [4] * 4, held_out)
     exact = paired_training(_factory("batch"), _sgd, loss, batches, [4] * 4, held_out,
-                            batchnorm="exact", bound_updates=2)
+                            strategy="exact_batchnorm", bound_updates=2)
     assert not plain["within"] and all(r > 1 for r in plain["ratio"])
     assert min(plain["running_gap"]) > 1e-3
     assert exact["within"] and len(exact["ratio"]) == 2 and len(exact["gap"]) == 3

@@ -29,7 +29,7 @@ def test_an_equivalent_set_up_exits_0_with_a_row_per_update(capsys):
     assert minigrad_check([*SMALL, "--norm", "group", "--micro-batch", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == ("global batch 10 as micro-batches 2 x 4 + 2 (normalize=items, "
-                        "batchnorm=micro), seed 0")
+                        "strategy=micro), seed 0")
     assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound"]
     assert [line.split()[0] for line in lines[3:6]] == ["1", "2", "3"]
     assert lines[6:] == [EQUIVALENT]
@@ -82,12 +82,12 @@ M4 = ["--micro-batch", "4"]
     (["--steps", "x", *M4], "argument --steps: expected an integer, got 'x'"),
     (["--loss", "mse", "--ignore-fraction", "0.2", *M4],
      "--ignore-fraction must be 0 with --loss mse (MSE has no ignored targets), got 0.2"),
-    (["--batchnorm", "exact", "--normalize", "sum", *M4],
-     "--batchnorm exact needs --normalize items, got --normalize sum"),
+    (["--strategy", "exact_batchnorm", "--normalize", "sum", *M4],
+     "--strategy exact_batchnorm needs --normalize items, got --normalize sum"),
     (["--norm", "batch", "--micro-batch", "3"],
-     "--norm batch with --batchnorm micro needs at least 2 samples in every micro-batch, but "
+     "--norm batch with --strategy micro needs at least 2 samples in every micro-batch, but "
      "--micro-batch 3 splits --global-batch 10 into micro-batches as small as 1; choose "
-     "another split or --batchnorm exact"),
+     "another split or --strategy exact_batchnorm"),
     (["--lr", "1e300", *M4], "the full-batch run stopped at update 2: loss of a micro-batch "
                              "is nan, so there is nothing to compare with: lower --lr"),
 ])
@@ -121,7 +121,7 @@ def run(*argv):
     (["--norm", "layer", "--optimizer", "adam", "--lr", "0.001"], 0, None),
     (["--norm", "none", "--ignore-fraction", "0.3"], 0, None),
     (["--norm", "batch"], 1, "BatchNorm normalises each micro-batch"),
-    (["--norm", "batch", "--batchnorm", "exact"], 0, None),
+    (["--norm", "batch", "--strategy", "exact_batchnorm"], 0, None),
     (["--normalize", "micro_batches"], 1, "divides uneven micro-batches by their count"),
     # an even split 5, 5, but 3 ignored targets: the halves keep different numbers of items
     (["--normalize", "micro_batches", "--micro-batch", "5", "--ignore-fraction", "0.3"], 1,

@@ -23,12 +23,12 @@ def test_two_ranks_are_full_batch_training_and_the_mean_of_means_is_not(demo):
     assert lines[1] == ("over 2 ranks of MPI: shards [51, 77], micro-batches [20, 20, 11] and "
                         "[20, 20, 20, 17].")
     rows = {line[:32].strip(): line[32:] for line in lines if line[:32].strip()}
-    assert rows["2 ranks, minigrad.distributed"].endswith("IS full-batch training (within "
+    assert rows["2 ranks, accumulate.distributed"].endswith("IS full-batch training (within "
                                                           "the bound)")
     assert rows["mean of per-rank means"].endswith("NOT full-batch training (one-process "
                                                    "simulation)")
     gap_of_means = float(rows["mean of per-rank means"].split()[1])
-    assert gap_of_means > 1e3 * float(rows["2 ranks, minigrad.distributed"].split()[1])
+    assert gap_of_means > 1e3 * float(rows["2 ranks, accumulate.distributed"].split()[1])
 
 
 def test_one_allreduce_of_the_gradient_per_update_however_many_micro_batches(demo):

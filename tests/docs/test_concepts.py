@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from minigrad import optim
-from minigrad.analysis import bounds, norm_training
+from minigrad.analysis import bounds, norm_training, trajectory
 
 CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts"
 PAGES = sorted(p.stem for p in CONCEPTS.glob("*.md"))
@@ -69,10 +69,10 @@ def rounding_limits(make, loss, x, y):
 
 def parameter_limit(make, make_optimizer, loss, x, y, sizes, **kwargs):
     """|theta_acc - theta_full|_2 / |theta_full|_2 allowed after one update by the derived
-    trajectory bound (``bounds.trajectory_bounds``, elementwise, so its 2-norm bounds the
+    trajectory bound (``trajectory.trajectory_bounds``, elementwise, so its 2-norm bounds the
     gap's)."""
-    (full, _, bound), = bounds.trajectory_bounds(make, make_optimizer, loss, [(x, y)], sizes,
-                                                 **kwargs)
+    (full, _, bound), = trajectory.trajectory_bounds(make, make_optimizer, loss, [(x, y)],
+                                                     sizes, **kwargs)
     theta = bounds.flat(p.data for p in full.parameters())
     return float(np.linalg.norm(bound) / np.linalg.norm(theta))
 
@@ -130,6 +130,14 @@ def test_accumulation_item_weighted_is_rounding_and_textbook_is_not():
     exact = run_page("accumulation")[3]
     assert exact.count("**True**") == 3 and "[1, 5], `micro_batches`: equal to the full " \
         "batch: **False**" in exact
+
+
+def test_accumulation_a_strategy_of_the_reader_is_rounding_away_from_micro():
+    out = run_page("accumulation")[4]
+    page = scope("accumulation", "acc")
+    limit, _ = rounding_limits(page["make"], page["loss"], page["x"], page["y"])
+    gap = number(out.split("reversed against micro:")[-1])
+    assert "reversed against micro" in out and gap <= 2 * PRINTED * limit
 
 
 def test_step_accounting_once_is_rounding_and_per_micro_batch_is_not():
@@ -191,9 +199,9 @@ def test_batchnorm_diverges_and_the_remedies_do_not():
     assert all(report["ratio"] <= 1.0 for report in control.values())
     assert all(number(r[2]) > 0.01 for r in ghost)
     # the exact mode: its parameters within the trajectory bound of the three updates
-    exact_bound = bounds.trajectory_bounds(
+    exact_bound = trajectory.trajectory_bounds(
         factory("batch"), lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), loss,
-        [(x, y)] * 3, [8] * 8, batchnorm="exact")
+        [(x, y)] * 3, [8] * 8, strategy="exact_batchnorm")
     for full, acc, bound in exact_bound:
         gap = np.abs(bounds.flat(p.data for p in acc.parameters())
                      - bounds.flat(p.data for p in full.parameters()))

@@ -204,6 +204,12 @@ def test_comparisons_are_tensors_without_grad(xp):
         assert _equal(result.data, expected), op
 
 
+def test_tensors_hash_by_identity():
+    """``==`` is identity (``eq`` compares elements), so a Tensor is a dict key or a set member."""
+    a, b = Tensor([1.0]), Tensor([1.0])
+    assert a == a and a != b and len({a, b, a}) == 2
+
+
 # ----- bad input ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("a", "b"), [((3, 4), (5, 2)), ((4,), (3, 2)), ((2, 3), (4,))])
 def test_matmul_mismatch_names_both_shapes(xp, a, b):
@@ -283,6 +289,7 @@ _T = Tensor(np.ones((2, 3)))
     (lambda: _T.mean(axis=1.5), TypeError, "axis of mean must be an integer"),
     (lambda: Tensor(np.ones((2, 3, 4))) @ Tensor(np.ones((5, 4, 2))), ValueError,
      r"batch dimensions"),
+    (lambda: _T @ Tensor(2.0), ValueError, r"at least 1 dimension, got shapes \(2, 3\) and \(\)"),
     (lambda: _T.item(), ValueError, r"one element, got shape \(2, 3\)"),
     (lambda: len(Tensor(1.0)), TypeError, "len\\(\\) of a 0-d tensor"),
     (lambda: Tensor([1.0], requires_grad="yes"), TypeError, "requires_grad must be True or"),

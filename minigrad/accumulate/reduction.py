@@ -1,0 +1,74 @@
+"""Where a window's sums meet: one process (``OneProcess``), or MPI (``mpi.AllReduce``).
+
+A strategy adds ONE process's per-item gradient sums and counts; the reduction adds them
+over every process taking part, so that each strategy runs unchanged on one process and
+over MPI. A reduction has these methods, called by ``accumulate.step``:
+
+* ``start()``: a new call begins (resets what the reduction keeps about one call);
+* ``check(acc)``: refuse what this reduction cannot carry (MPI: exact Fractions);
+* ``begin(acc, samples, call)``: every process agrees on the call (``call`` names the
+  strategy, the optimizer and the parameters' layout); returns the global position of this
+  process's first sample;
+* ``gather(what, payload)``: every process's ``payload``, in process order (for a
+  strategy's global statistics; ``what`` names the step in errors);
+* ``update(acc)``: add the window's gradient sums and counts over the processes, then
+  ``acc.update()``: divide once, clip, step; returns the mean loss per item or ``None``;
+* ``skip()``: this process dropped its window (a non-finite loss with
+  ``on_nonfinite="skip"``), so every process drops it;
+* ``abort(error)``: this process failed; tell the others (MPI raises ``RankFailed``).
+
+A collective call that learns that another process dropped its window raises
+``WindowSkipped``; the driver then restores everything and reports a skipped update.
+"""
+
+
+class WindowSkipped(Exception):
+    """Another process dropped this window (non-finite, ``on_nonfinite="skip"``)."""
+
+
+class OneProcess:
+    """One process: its sums are the global sums, and there is nobody to tell."""
+
+    def start(self):
+        pass
+
+    def check(self, acc):
+        pass
+
+    def begin(self, acc, samples, call):
+        return 0
+
+    def gather(self, what, payload):
+        return [payload]
+
+    def update(self, acc):
+        return acc.update()
+
+    def skip(self):
+        pass
+
+    def abort(self, error):
+        pass
+
+
+class Gradients(OneProcess):
+    """One process, and no update: keeps the window's gradient, divided once as ``normalize``
+    says, in ``grads`` (``accumulated_gradients``)."""
+
+    grads = None
+
+    def update(self, acc):
+        self.grads = acc.gradients()
+        return acc.pending_loss_sum / acc.pending_items if acc.pending_items else float("nan")
+
+
+METHODS = ("start", "check", "begin", "gather", "update", "skip", "abort")
+
+
+def check(reduction):
+    """``reduction`` if it has every method of the protocol above, else ``TypeError``."""
+    missing = [m for m in METHODS if not callable(getattr(reduction, m, None))]
+    if missing or isinstance(reduction, type):
+        raise TypeError(f"reduction must be an object with the methods {list(METHODS)} "
+                        f"(reduction.OneProcess, mpi.AllReduce), got {reduction!r}")
+    return reduction

@@ -1,0 +1,75 @@
+"""Accumulation strategies: how ONE window is run. The protocol, in one place.
+
+A strategy is any object with a ``name``, a ``check`` and a ``run``::
+
+    class Strategy:
+        name = "micro"                     # how calls and errors name it
+
+        def check(self, acc):              # refuse what it cannot run (TypeError,
+            ...                            # ValueError), before anything runs
+
+        def run(self, acc, micro_batches, reduction):
+            ...                            # add the window's sums, then
+            return reduction.update(acc)   # the mean loss, or None if skipped
+
+``accumulate.step`` (and ``distributed.step``, the same function with the MPI reduction)
+checks the batch and the split once, makes a fresh ``Accumulator`` ``acc``, and calls
+``run`` with:
+
+* ``micro_batches``: the window's ``split.MicroBatch`` records ``(x, y, index)``, checked,
+  ``index`` the samples' global positions (what keys the dropout masks);
+* ``reduction``: where the sums meet (``minigrad.accumulate.reduction``).
+  ``reduction.gather(what, payload)`` returns every process's payload in process order
+  (one process: ``[payload]``) for statistics a strategy needs from the whole global batch;
+  ``reduction.update(acc)`` adds the window's sums and counts over the processes and makes
+  the ONE update.
+
+``run`` adds the window's per-item gradient SUMS into ``.grad`` and counts them: with
+``micro.add_micro_batch(acc, mb)``, or, for its own forward, ``micro.add_loss(acc, mb,
+out)``, or with its own backward and ``acc.record(items, samples, loss_sum)``. It returns
+``reduction.update(acc)``, or ``None`` when a non-finite loss dropped the window. It may
+raise at any point: the driver took ``acc.snapshot()`` before and restores it, so the
+parameters, gradients, buffers, optimizer and schedule are as they were; a strategy only
+has to keep its own helpers off the model (pass them as arguments, as ``exact_batchnorm``
+passes its statistics). The smallest complete example, micro-batches in reverse order::
+
+    from minigrad.accumulate.micro import add_micro_batch
+
+    class Reversed:
+        name = "reversed"
+
+        def check(self, acc):
+            pass
+
+        def run(self, acc, micro_batches, reduction):
+            for mb in reversed(micro_batches):
+                if add_micro_batch(acc, mb) is None:
+                    return None
+            return reduction.update(acc)
+
+    step(model, loss, opt, x, y, micro_batch_size=4, strategy=Reversed())
+"""
+
+from minigrad.accumulate.exact_batchnorm import ExactBatchNorm
+from minigrad.accumulate.micro import Micro
+
+STRATEGIES = {"micro": Micro, "exact_batchnorm": ExactBatchNorm}
+"""The strategies that have a name: ``"micro"`` (each micro-batch alone; the default) and
+``"exact_batchnorm"`` (the full-batch BatchNorm gradient by extra passes)."""
+
+
+def resolve(strategy):
+    """A strategy object for ``strategy``: a name of ``STRATEGIES`` or an object that has
+    ``name``, ``check`` and ``run``."""
+    if isinstance(strategy, str):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {sorted(STRATEGIES)} or a strategy "
+                             f"object, got {strategy!r}")
+        return STRATEGIES[strategy]()
+    missing = [m for m in ("check", "run") if not callable(getattr(strategy, m, None))]
+    if isinstance(strategy, type) or missing or not isinstance(getattr(strategy, "name", None),
+                                                               str):
+        raise TypeError(f"strategy must be one of {sorted(STRATEGIES)} or an object with a str "
+                        f"name and check() and run() methods (see minigrad.accumulate.strategy),"
+                        f" got {strategy!r}")
+    return strategy

@@ -1,0 +1,234 @@
+"""Strategies and reductions: the extension point of ``accumulate.step``.
+
+A strategy written in a test file (``custom_strategy.Reversed``, under 30 lines) runs
+through ``step``, ``accumulated_gradients``, the all-or-nothing guard and checkpoints without
+any change to the library (and over MPI: test_distributed.py). On the dyadic MLP of
+``dyadic.py`` every sum is exact in any order, so reversing the micro-batches must give
+parameters EQUAL (``==``) to the plain strategy and to the full batch.
+"""
+
+import numpy as np
+import pytest
+from custom_strategy import Reversed
+from dyadic import coarsen, dyadic_mlp, params_of, regression
+from helpers import assert_same, to_np
+
+from minigrad import checkpoint, nn, optim
+from minigrad.accumulate import (
+    STRATEGIES,
+    Accumulator,
+    ExactBatchNorm,
+    Micro,
+    accumulated_gradients,
+    reduction,
+    split,
+    step,
+)
+from minigrad.analysis import equivalence, reference
+
+
+def sgd(model):
+    return optim.SGD(model.parameters(), lr=0.125, momentum=0.5)
+
+
+@pytest.mark.parametrize("sizes", [[8], [3, 5], [1, 2, 2, 3], [1] * 8])
+def test_a_strategy_from_a_test_file_equals_micro_and_full_batch(xp, sizes):
+    runs = {}
+    for name, strategy, split_kwargs in (("full", "micro", {}),
+                                         ("micro", "micro", {"sizes": sizes}),
+                                         ("reversed", Reversed(), {"sizes": sizes})):
+        model = dyadic_mlp(xp, dropout=0.5)
+        opt = sgd(model)
+        losses = []
+        for t in range(3):
+            x, y = regression(xp, seed=t)
+            losses.append(step(model, nn.MSELoss(), opt, x, y, strategy=strategy,
+                               **split_kwargs))
+            coarsen(model)  # back to multiples of 1/8: the next sums stay exact
+        runs[name] = (params_of(model), losses, strategy)
+    for name in ("micro", "reversed"):
+        assert_same(runs[name][0], runs["full"][0])
+        assert runs[name][1] == runs["full"][1]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    assert runs["reversed"][2].visited == [starts[::-1]] * 3
+
+
+def test_names_and_objects_are_the_same_strategies(xp):
+    x, y = regression(xp, n=10)
+    for name, cls in (("micro", Micro), ("exact_batchnorm", ExactBatchNorm)):
+        assert STRATEGIES[name] is cls
+        params = []
+        for strategy in (name, cls()):
+            model = nn.MLP([3, 6, 2], norm="batch", seed=1, xp=xp)
+            step(model, nn.MSELoss(), optim.Adam(model.parameters(), lr=0.01), x, y,
+                 sizes=[4, 6], strategy=strategy)
+            params.append(to_np(model.state_dict()))
+        assert_same(*params)
+
+
+def test_accumulated_gradients_takes_a_strategy(xp):
+    x, y = regression(xp)
+    model = dyadic_mlp(xp, dropout=0.5)
+    full = to_np(accumulated_gradients(model, nn.MSELoss(), x, y))
+    strategy = Reversed()
+    assert_same(to_np(accumulated_gradients(model, nn.MSELoss(), x, y, sizes=[2, 1, 5],
+                                            strategy=strategy)), full)
+    assert strategy.visited == [[3, 2, 0]]
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("strategy, kwargs, error, text", [
+    ("ghost", {}, ValueError, "strategy must be one of ['exact_batchnorm', 'micro'] or a "
+                              "strategy object, got 'ghost'"),
+    (Reversed, {}, TypeError, "strategy must be one of ['exact_batchnorm', 'micro'] or an "
+                              "object with a str name and check() and run() methods"),
+    (object(), {}, TypeError, "or an object with a str name"),
+    (Reversed(), {"normalize": "micro_batches"}, ValueError, "Reversed accumulates item sums"),
+    ("exact_batchnorm", {"normalize": "sum"}, ValueError,
+     "strategy='exact_batchnorm' needs normalize='items', got 'sum'"),
+])
+def test_refused_strategies_change_nothing(strategy, kwargs, error, text):
+    model = nn.MLP([3, 4, 2], norm="batch", seed=0)
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    x, y = regression(np)
+    before = to_np(model.state_dict())
+    with pytest.raises(error) as info:
+        step(model, nn.MSELoss(), opt, x, y, micro_batch_size=4, strategy=strategy, **kwargs)
+    assert text in str(info.value)
+    assert_same(to_np(model.state_dict()), before)
+    assert opt.step_count == 0
+
+
+class Failing:
+    """Adds two micro-batches, then raises ``error``: the driver must put everything back."""
+
+    name = "failing"
+
+    def __init__(self, error):
+        self.error = error
+
+    def check(self, acc):
+        pass
+
+    def run(self, acc, micro_batches, reduction):
+        for mb in micro_batches[:2]:
+            Micro().run(acc, [mb], reduction.__class__())  # even an update is put back
+        raise self.error("a deliberate failure inside a strategy")
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_strategy_that_raises_changes_nothing(error):
+    model = nn.MLP([3, 6, 2], norm="batch", dropout=0.25, seed=0)
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    scheduler = optim.Scheduler(opt, optim.cosine(0.1, 5))
+    x, y = regression(np)
+    before = to_np({"model": model.state_dict(), "opt": opt.state_dict(), "t": scheduler.t,
+                    "grads": [p.grad for p in model.parameters()]})
+    with pytest.raises(error, match="a deliberate failure inside a strategy"):
+        step(model, nn.MSELoss(), opt, x, y, micro_batch_size=3, scheduler=scheduler,
+             strategy=Failing(error))
+    assert_same(to_np({"model": model.state_dict(), "opt": opt.state_dict(), "t": scheduler.t,
+                       "grads": [p.grad for p in model.parameters()]}), before)
+
+
+def test_a_skipped_window_under_a_custom_strategy_changes_nothing():
+    model = nn.MLP([3, 6, 2], seed=0)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    x, y = regression(np)
+    x[5, 0] = np.nan
+    before = to_np(model.state_dict())
+    loss = step(model, nn.MSELoss(), opt, x, y, micro_batch_size=3, strategy=Reversed(),
+                on_nonfinite="skip")
+    assert np.isnan(loss) and opt.step_count == 0
+    assert_same(to_np(model.state_dict()), before)
+
+
+def test_a_custom_strategy_resumes_from_a_checkpoint(tmp_path):
+    def run(model, opt, seeds):
+        for t in seeds:
+            x, y = regression(np, n=10, seed=t)
+            step(model, nn.MSELoss(), opt, x, y, sizes=[4, 3, 3], strategy=Reversed())
+
+    def make():
+        model = nn.MLP([3, 6, 2], dropout=0.25, seed=2)
+        return model, optim.Adam(model.parameters(), lr=0.01)
+
+    model, opt = make()
+    run(model, opt, range(4))
+    stopped, stopped_opt = make()
+    run(stopped, stopped_opt, range(2))
+    checkpoint.save(tmp_path / "run.npz", stopped, stopped_opt)
+    resumed, resumed_opt = make()
+    checkpoint.load(tmp_path / "run.npz", resumed, resumed_opt)
+    run(resumed, resumed_opt, range(2, 4))
+    assert_same(to_np(resumed.state_dict()), to_np(model.state_dict()))
+    assert resumed_opt.step_count == opt.step_count == 4
+
+
+class Recording(reduction.OneProcess):
+    """One process, noting every ``gather``: what a strategy asks of a reduction."""
+
+    def __init__(self):
+        self.gathered = []
+
+    def gather(self, what, payload):
+        self.gathered.append(what)
+        return super().gather(what, payload)
+
+
+def test_exact_batchnorm_gathers_each_layers_statistics_then_sums_in_reverse():
+    model = nn.MLP([3, 6, 6, 2], norm="batch", seed=0)
+    recording = Recording()
+    step(model, nn.MSELoss(), optim.SGD(model.parameters(), lr=0.1), *regression(np),
+         micro_batch_size=4, strategy="exact_batchnorm", reduction=recording)
+    assert recording.gathered == [
+        "gathering the statistics of BatchNorm layer 1",
+        "gathering the statistics of BatchNorm layer 4",
+        "gathering the gradient sums of BatchNorm layer 4",
+        "gathering the gradient sums of BatchNorm layer 1"]
+
+
+def test_a_reduction_is_checked():
+    model = nn.MLP([3, 4, 2], seed=0)
+    with pytest.raises(TypeError, match=r"reduction must be an object with the methods"):
+        step(model, nn.MSELoss(), optim.SGD(model.parameters(), lr=0.1), *regression(np),
+             reduction=object())
+
+
+def test_snapshot_and_restore_are_a_public_pair():
+    model = nn.MLP([3, 4, 2], norm="batch", seed=0)
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    acc = Accumulator(model, nn.MSELoss(), opt)
+    x, y = regression(np)
+    acc.add(x, y)
+    before = to_np({"model": model.state_dict(), "acc": acc.state_dict(),
+                    "opt": opt.state_dict()})
+    saved = acc.snapshot()
+    acc.add(x, y)
+    acc.update()
+    assert opt.step_count == 1
+    acc.restore(saved)
+    assert_same(to_np({"model": model.state_dict(), "acc": acc.state_dict(),
+                       "opt": opt.state_dict()}), before)
+
+
+# ----- one split.resolve for every entry -----------------------------------------------------
+@pytest.mark.parametrize("entry", ["step", "accumulated_gradients", "gradient_report",
+                                   "reference"])
+def test_every_entry_refuses_two_ways_of_splitting(entry):
+    x, y = regression(np)
+    model = nn.MLP([3, 4, 2], seed=0)
+    calls = {
+        "step": lambda **s: step(model, nn.MSELoss(), sgd(model), x, y, **s),
+        "accumulated_gradients": lambda **s: accumulated_gradients(model, nn.MSELoss(), x, y,
+                                                                   **s),
+        "gradient_report": lambda **s: equivalence.gradient_report(
+            lambda: nn.MLP([3, 4, 2], seed=0), nn.MSELoss(), x, y, **s),
+        "reference": lambda **s: reference.accumulated_gradients(model, nn.MSELoss(), x, y,
+                                                                 **s),
+    }
+    with pytest.raises(ValueError, match=r"give at most one of micro_batch_size, "
+                                         r"num_micro_batches, sizes; got micro_batch_size=4, "
+                                         r"sizes=\[4, 4\]"):
+        calls[entry](micro_batch_size=4, sizes=[4, 4])
+    assert split.resolve(8, sizes=[4, 4]) == [4, 4]
