@@ -26,7 +26,6 @@ fixture (the gradient's round trip through a NumPy buffer, as under MPI, is exac
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 
@@ -39,7 +38,7 @@ if __name__ == "__main__":  # the MPI worker: the helpers that conftest.py puts 
 
 from custom_strategy import Reversed  # noqa: E402
 from dyadic import coarsen, dyadic_mlp, regression  # noqa: E402
-from helpers import require_mpi, to_np  # noqa: E402
+from helpers import OneRank, require_mpi, to_np  # noqa: E402
 
 from minigrad import backend, nn, optim  # noqa: E402
 from minigrad.accumulate import distributed  # noqa: E402
@@ -302,25 +301,6 @@ def test_check_identical_sees_one_ulp(ranks):
 
 
 # ----- the tests: one process, no MPI -----------------------------------------------------------
-class OneRank:
-    """A communicator of one rank with MPI's semantics, to run ``step`` without MPI."""
-
-    def Get_rank(self):  # noqa: N802
-        return 0
-
-    def Get_size(self):  # noqa: N802
-        return 1
-
-    def allgather(self, obj):
-        return [pickle.loads(pickle.dumps(obj))]
-
-    def Allreduce(self, send, receive):  # noqa: N802
-        receive[...] = send
-
-    def Bcast(self, buffer, root=0):  # noqa: N802
-        pass
-
-
 @pytest.mark.parametrize("n, ranks, sizes, expected", [
     (10, 3, None, [4, 3, 3]), (2, 2, None, [1, 1]), (10, 2, [7, 3], [7, 3]),
     (5, 1, None, [5]),

@@ -4,28 +4,10 @@ communicator (``tests/apps/test_mpi_demo.py`` counts it over two real ranks)."""
 import pickle
 
 import numpy as np
+from helpers import OneRank
 
 from minigrad import nn, optim
 from minigrad.analysis.communication import Counting, traffic
-
-
-class OneRank:
-    """A communicator of one rank with MPI's semantics."""
-
-    def Get_rank(self):  # noqa: N802
-        return 0
-
-    def Get_size(self):  # noqa: N802
-        return 1
-
-    def allgather(self, obj):
-        return [pickle.loads(pickle.dumps(obj))]
-
-    def Allreduce(self, send, receive):  # noqa: N802
-        receive[...] = send
-
-    def Bcast(self, buffer, root=0):  # noqa: N802
-        pass
 
 
 def test_counting_counts_calls_and_the_bytes_this_rank_sends():
