@@ -8,13 +8,17 @@ and every part before anything is written, so a truncated or foreign file raises
 
 Both check their arguments first: ``path`` must be a ``str`` or ``os.PathLike`` and each part
 must have ``state_dict()`` and ``load_state_dict()`` (``TypeError`` naming the part
-otherwise). A path that cannot be opened (a missing folder or file, a folder) raises the
-``OSError`` of ``open``, which names the path; only what was read is judged a checkpoint or
-not.
+otherwise). A path that cannot be opened (a missing folder or file, a folder) raises an
+``OSError`` naming the path; only what was read is judged a checkpoint or not. Saving is
+atomic: ``path`` holds the old checkpoint or the complete new one, never a mix.
 """
 
+import contextlib
+import errno
 import json
+import math
 import os
+import secrets
 import zipfile
 
 import numpy as np
@@ -95,7 +99,10 @@ def _check_together(model, optimizer, scheduler, accumulator):
         raise ValueError("accumulator trains another model than the one given")
 
 
-UNREADABLE = (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile)
+# Not MemoryError: a file too big for memory is a checkpoint all the same, and the user needs
+# to hear "out of memory". A crafted header that claims more than the file holds is caught
+# before anything is allocated (``_check_members``).
+UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
 
 def _unreadable(path, err):
@@ -114,11 +121,49 @@ def _arrays(path):
             what = "an .npy array" if isinstance(data, np.ndarray) else type(data).__name__
             raise ValueError(f"{path} is not a minigrad checkpoint ({what}, not an .npz "
                              "archive)")
-        try:
-            with data:
+        with data:
+            _check_members(path, data)
+            try:
                 return {key: data[key] for key in data.files}
-        except UNREADABLE as err:
-            raise _unreadable(path, err) from None
+            except UNREADABLE as err:
+                raise _unreadable(path, err) from None
+
+
+HEADERS = {1: np.lib.format.read_array_header_1_0, 2: np.lib.format.read_array_header_2_0}
+
+
+def _check_members(path, data):
+    """``ValueError`` for an archive no ``save`` writes: a member name twice (``np.load``
+    would silently keep the last copy), or an array header that declares more bytes than
+    its member holds (reading it would first try to allocate them)."""
+    seen = set()
+    for name in data.files:
+        if name in seen:
+            raise ValueError(f"{path} holds the member {name!r} twice (a damaged or crafted "
+                             "archive); refusing to choose one")
+        seen.add(name)
+    try:
+        declared = [(info, _declared(data.zip, info)) for info in data.zip.infolist()]
+    except UNREADABLE as err:
+        raise _unreadable(path, err) from None
+    for info, size in declared:
+        if size is not None and size > info.file_size:
+            raise ValueError(f"{path}: the member {info.filename!r} declares {size} bytes of "
+                             f"array data but holds {info.file_size} (a damaged or crafted "
+                             "archive)")
+
+
+def _declared(archive, info):
+    """The bytes of array data that member ``info`` declares, or None if it is no array."""
+    with archive.open(info) as member:
+        if member.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            return None
+        major, _ = member.read(2)
+        if major not in HEADERS:
+            return None  # a format np.load judges itself
+        shape, _, dtype = HEADERS[major](member)
+    # Object arrays are stored as pickles of any length (and np.load refuses them anyway).
+    return None if dtype.hasobject else math.prod(shape) * dtype.itemsize
 
 
 def _read(path):
@@ -146,7 +191,14 @@ def _read(path):
 
 
 def save(path, model, optimizer=None, *, scheduler=None, accumulator=None):
-    """Write the state of every part given to ``path`` (a ``.npz`` file)."""
+    """Write the state of every part given to ``path`` (a ``.npz`` file), all or nothing.
+
+    The archive is written to a new file in the same folder, synced to disk, then renamed
+    over ``path`` (``os.replace``, atomic), so ``path`` always holds the old checkpoint
+    (or nothing, if there was none) or the complete new one: if the call raises anything,
+    ``KeyboardInterrupt`` included, before the rename, the old file is intact and the
+    temporary one is removed. The same state gives the same bytes.
+    """
     _check_arguments(path, (("model", model), ("optimizer", optimizer),
                             ("scheduler", scheduler), ("accumulator", accumulator)))
     tree = {"model": model.state_dict()}
@@ -157,8 +209,39 @@ def save(path, model, optimizer=None, *, scheduler=None, accumulator=None):
     arrays = {}
     structure = _flatten(tree, "", arrays)
     meta = json.dumps({"format": FORMAT, "tree": structure})
-    with open(path, "wb") as f:
-        np.savez(f, __minigrad__=np.asarray(meta), **arrays)
+    target = os.path.realpath(path)  # through a link: the file it names is replaced
+    folder, name = os.path.split(target)
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a checkpoint file", os.fspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(errno.ENOENT, "no such folder to save in", os.fspath(path))
+    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
+    try:
+        with open(temporary, "xb") as f:
+            np.savez(f, __minigrad__=np.asarray(meta), **arrays)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        os.replace(temporary, target)  # atomic: ``path`` names the old file or the new one
+    except BaseException:
+        with contextlib.suppress(OSError):  # never created, or already renamed
+            os.remove(temporary)
+        raise
+    _sync_folder(folder)
+
+
+def _sync_folder(folder):
+    """Make the rename durable (POSIX); Windows cannot open a folder, nor needs to."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = None
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(fd)
+    except OSError:
+        pass  # a file system that cannot sync folders: the new file is complete all the same
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def load(path, model, optimizer=None, *, scheduler=None, accumulator=None):

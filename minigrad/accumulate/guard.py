@@ -7,7 +7,8 @@
 
 from dataclasses import dataclass
 
-from minigrad.engine import Tensor, backend
+from minigrad.engine import Tensor, backend, graph
+from minigrad.nn import dropout
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,8 @@ class TrainingState:
     Parameters, ``.grad`` and buffers are replaced by new arrays, never written into, so
     holding the old references is a snapshot. The optimizer's and scheduler's attributes
     are copied one level deep (the optimizer's per-parameter state list is replaced).
+    The two process-global flags, grad mode and the dropout keys, are kept too: an interrupt
+    that lands as a ``with`` block ends (before its ``__exit__`` runs) leaves them set.
     """
 
     data: list
@@ -26,14 +29,18 @@ class TrainingState:
     skipped_updates: int
     optimizer: dict | None
     scheduler: dict | None
+    flags: tuple
 
     @classmethod
     def of(cls, acc):
         return cls([p.data for p in acc.params], [p.grad for p in acc.params],
                    dict(acc.model.named_buffers()), acc.window, acc.skipped_updates,
-                   attributes(acc.optimizer), attributes(acc.scheduler))
+                   attributes(acc.optimizer), attributes(acc.scheduler),
+                   (graph.is_grad_enabled(), dropout.current_keys()))
 
     def restore(self, acc):
+        graph.set_grad_enabled(self.flags[0])
+        dropout.set_keys(self.flags[1])
         for p, data, grad in zip(acc.params, self.data, self.grads):
             p.data, p.grad = data, grad
         acc.model.set_buffers(self.buffers)

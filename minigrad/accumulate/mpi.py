@@ -5,8 +5,9 @@ Every collective call is an ``allgather`` of each rank's outcome: ``(stage, stat
 payload)``. A rank whose own work raised sends ``status="failed"`` with its error at the
 collective the others are waiting in, so no rank is left waiting; then every rank raises
 ``RankFailed`` naming the failing ranks and the stage the others had reached, and every
-rank puts its state back (the driver's ``acc.restore``). A ``KeyboardInterrupt`` (any
-``BaseException`` that is not an ``Exception``) is re-raised as itself on its rank. Not
+rank puts its state back (the driver's ``acc.restore``). A ``KeyboardInterrupt`` or a
+``MemoryError`` (and any ``BaseException`` that is not an ``Exception``) is re-raised as
+itself on its rank; the other ranks raise ``RankFailed``. Not
 covered: a process that dies, or an error inside the MPI calls; then the launcher
 (``mpirun``) ends the whole job.
 
@@ -161,11 +162,12 @@ class AllReduce:
             self._exchange(self.ACCUMULATING, "skipped", None)
 
     def abort(self, error):
-        """Tell the other ranks that this one failed; ``RankFailed`` for an ``Exception``."""
+        """Tell the other ranks that this one failed; ``RankFailed`` for an ``Exception``
+        other than ``MemoryError`` (that, and interrupts, go on as themselves)."""
         if self.done or isinstance(error, (RankFailed, WindowSkipped)):
             return  # every rank already knows
         try:
             self._exchange(self.stage, "failed", f"{type(error).__name__}: {error}")
         except RankFailed as failed:
-            if isinstance(error, Exception):
+            if isinstance(error, Exception) and not isinstance(error, MemoryError):
                 raise failed from error

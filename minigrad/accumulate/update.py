@@ -87,11 +87,14 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
     acc, run, x, y, split = _prepare(model, loss_fn, None, x, y, micro_batch_size,
                                      num_micro_batches, sizes, strategy, normalize=normalize,
                                      step_index=step_index)
-    grads_before = [p.grad for p in acc.params]
-    kept = reductions.Gradients()
-    run_window(acc, run, parts(x, y, split), kept)  # a non-finite loss raises (on_nonfinite)
-    for p, g in zip(acc.params, grads_before):
-        p.grad = g
+    kept, saved = reductions.Gradients(), acc.snapshot()
+    try:
+        run_window(acc, run, parts(x, y, split), kept)  # a non-finite loss raises
+        for p, g in zip(acc.params, saved.grads):  # .grad as they were; the statistics moved
+            p.grad = g
+    except BaseException:
+        acc.restore(saved)
+        raise
     return dict(zip((name for name, _ in model.named_parameters()), kept.grads))
 
 

@@ -66,6 +66,8 @@ def resolve_namespace(xp=None):
         return array_api_compat.array_namespace(np.empty(0))
     try:
         probe = xp.asarray(0.0)
+    except MemoryError:
+        raise  # says nothing about xp: blaming the argument would send the user astray
     except Exception:  # any object that is not an array library
         probe = None
     if probe is not None and array_api_compat.is_array_api_obj(probe):

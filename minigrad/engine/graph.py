@@ -6,15 +6,14 @@ input, written beside each primitive's forward in ``minigrad.engine.tensor``); a
 Nothing here depends on what the primitives are.
 """
 
-from contextlib import contextmanager
+from contextlib import ContextDecorator
 
 from minigrad.engine import backend
 
 _grad_enabled = True
 
 
-@contextmanager
-def no_grad():
+class no_grad(ContextDecorator):  # lower case, as torch's: it is used like a function
     """Inside this block no graph is recorded: results have ``requires_grad=False``.
 
     >>> from minigrad import Tensor
@@ -22,14 +21,23 @@ def no_grad():
     ...     y = Tensor([1.0], requires_grad=True) * 2
     >>> y.requires_grad
     False
+
+    A class, not a generator: once ``__enter__`` has cleared the flag the ``with`` statement
+    is sure to call ``__exit__``, so Ctrl-C at any point leaves the flag as it was. One object
+    may be entered again inside itself (as a decorator of a recursive function is).
     """
-    global _grad_enabled
-    previous = _grad_enabled
-    _grad_enabled = False
-    try:
-        yield
-    finally:
-        _grad_enabled = previous
+
+    def __init__(self):
+        self._previous = []  # the flag before each entry still open, innermost last
+
+    def __enter__(self):
+        global _grad_enabled
+        # One statement, the flag last: no interrupt falls between saving and clearing it.
+        self._previous, _grad_enabled = [*self._previous, _grad_enabled], False
+
+    def __exit__(self, *exc_info):
+        global _grad_enabled
+        _grad_enabled = self._previous.pop()
 
 
 def is_grad_enabled():
@@ -40,6 +48,13 @@ def is_grad_enabled():
     False
     """
     return _grad_enabled
+
+
+def set_grad_enabled(mode):
+    """Turn graph recording on or off, as ``torch.set_grad_enabled`` called as a function;
+    the all-or-nothing guards use it to put the flag back after an interrupt."""
+    global _grad_enabled
+    _grad_enabled = bool(mode)
 
 
 def seed(root, gradient=None):

@@ -7,7 +7,7 @@ accumulation layer sets the keys: the optimizer update count and each micro-batc
 global sample indices, so accumulated training draws the full batch's masks.
 """
 
-from contextlib import contextmanager
+from contextlib import ContextDecorator
 
 from minigrad.engine import validate
 from minigrad.nn import functional as F
@@ -16,16 +16,38 @@ from minigrad.nn.module import Module
 _keys = None
 
 
-@contextmanager
-def dropout_keys(step, sample_index):
-    """Within this block every ``Dropout`` keys its masks by ``step`` and ``sample_index``."""
+class dropout_keys(ContextDecorator):  # used like a function: with dropout_keys(step, index)
+    """Within this block every ``Dropout`` keys its masks by ``step`` and ``sample_index``.
+
+    ``step`` becomes an int when the object is made; ``__enter__`` only sets the keys, last,
+    so Ctrl-C at any point leaves them as they were outside the block. Blocks nest: leaving
+    one puts back the keys of the block around it.
+    """
+
+    def __init__(self, step, sample_index):
+        self.keys = (int(step), sample_index)
+        self._previous = []  # the keys before each entry still open, innermost last
+
+    def __enter__(self):
+        global _keys
+        # One statement, the keys last: no interrupt falls between saving and setting them.
+        self._previous, _keys = [*self._previous, _keys], self.keys
+
+    def __exit__(self, *exc_info):
+        global _keys
+        _keys = self._previous.pop()
+
+
+def current_keys():
+    """The keys ``dropout_keys`` has set now (``None`` outside every block)."""
+    return _keys
+
+
+def set_keys(keys):
+    """Put back what ``current_keys()`` returned (the all-or-nothing guards do, after an
+    interrupt that landed between a block's last line and its ``__exit__``)."""
     global _keys
-    previous = _keys
-    _keys = (int(step), sample_index)
-    try:
-        yield
-    finally:
-        _keys = previous
+    _keys = keys
 
 
 class Dropout(Module):

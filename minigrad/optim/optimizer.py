@@ -146,9 +146,10 @@ class Optimizer:
         if self._is_exact():
             lr = _exact_number("lr", lr)
             checked = {name: _exact_number(name, value) for name, value in checked.items()}
-        self._lr, self.hyperparams, self.step_count = lr, checked, step_count
-        self.state = [fresh._replace(**{name: values[i] for name, values in fields.items()})
-                      for i in range(len(self.params))]
+        state = [fresh._replace(**{name: values[i] for name, values in fields.items()})
+                 for i in range(len(self.params))]
+        # One statement, after everything is built: an interrupt lands before or after it.
+        self._lr, self.hyperparams, self.step_count, self.state = lr, checked, step_count, state
 
     def _fresh(self):
         """An empty state record: its type, field names, and which fields start as None."""

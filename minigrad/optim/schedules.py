@@ -145,7 +145,7 @@ class Scheduler:
                                "the schedule advances once per optimizer.step(), "
                                "never per micro-batch")
         lr = self.next_lr() if lr is None else self.optimizer.check_lr(lr)
-        self.t, self._seen_updates, self.optimizer.lr = self.t + 1, self.optimizer.step_count, lr
+        self._commit(lr, self.t + 1)
 
     def state_dict(self):
         return {"t": self.t}
@@ -156,4 +156,18 @@ class Scheduler:
             raise ValueError(f"scheduler state must be a dict with 't', got {state_dict!r}")
         t = _checks.integer("t", state_dict["t"], low=0)
         lr = self._rate(self.optimizer, self.schedule, t)
-        self.optimizer.lr, self.t, self._seen_updates = lr, t, self.optimizer.step_count
+        self._commit(lr, t)
+
+    def _commit(self, lr, t):
+        """Set the optimizer's ``lr`` and then ``t``, all or nothing.
+
+        The ``lr`` setter runs code (its check), which an interrupt can stop: it goes first,
+        and ``t`` and the update count follow in the same statement, so the pair never
+        disagrees; on any error all three are put back and a retry is accepted.
+        """
+        saved = self.optimizer.lr, self.t, self._seen_updates
+        try:
+            self.optimizer.lr, self.t, self._seen_updates = lr, t, self.optimizer.step_count
+        except BaseException:
+            self.optimizer.lr, self.t, self._seen_updates = saved
+            raise

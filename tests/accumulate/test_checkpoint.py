@@ -7,6 +7,9 @@ order give the same bits, so any difference means that some state was not restor
 """
 
 import json
+import os
+import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -305,3 +308,91 @@ def test_parts_that_do_not_belong_together_are_refused_and_change_nothing(tmp_pa
     with pytest.raises(ValueError, match=message):
         call(checkpoint.load, path, parts, **{stranger: others[index]})
     assert_same([everything(*parts), everything(*others)], before)
+
+
+# ----- saving is atomic; archives are read strictly -----------------------------------------
+MODULES = {"np": np, "os": os}
+
+
+@pytest.mark.parametrize("where", ["np.savez", "os.fsync", "os.replace"])
+@pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError, OSError])
+def test_an_interrupted_save_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path,
+                                                                           monkeypatch, where,
+                                                                           error):
+    # The old save wrote in place: Ctrl-C half-way through np.savez left half an archive.
+    path, parts = saved_mid_window(NUMPY, tmp_path)
+    old = path.read_bytes()
+    feed(parts[3], stream(NUMPY)[SAVE_AFTER:])  # the run moves on: its next save differs
+    module, name = where.split(".")
+
+    def failing(*args, **kwargs):
+        if name == "savez":
+            args[0].write(b"PK\x03\x04 the first bytes of an archive")
+        raise error(f"injected in {where}")
+
+    monkeypatch.setattr(MODULES[module], name, failing)
+    with pytest.raises(error, match="injected"):
+        checkpoint.save(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    monkeypatch.undo()
+    assert path.read_bytes() == old
+    assert [f.name for f in tmp_path.iterdir()] == ["run.npz"]
+
+
+def test_a_save_replaces_the_file_a_link_names_with_the_same_bytes_as_a_fresh_one(tmp_path):
+    path, parts = saved_mid_window(NUMPY, tmp_path)
+    feed(parts[3], stream(NUMPY)[SAVE_AFTER:])
+    link = tmp_path / "latest.npz"
+    link.symlink_to(path.name)
+    fresh = tmp_path / "fresh.npz"
+    for target in (link, fresh):
+        checkpoint.save(target, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    assert link.is_symlink() and path.read_bytes() == fresh.read_bytes()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["fresh.npz", "latest.npz", "run.npz"]
+
+
+def test_an_archive_holding_a_member_twice_is_refused_naming_both(tmp_path):
+    # np.load keeps the last copy of a name; a checkpoint must not be one of two readings.
+    path, _ = saved_mid_window(NUMPY, tmp_path)
+    with np.load(path) as data:
+        name = next(key for key in data.files if key != "__minigrad__")
+        shape = data[name].shape
+    with zipfile.ZipFile(path, "a") as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name" warning: that is the point
+        with archive.open(f"{name}.npy", "w") as member:
+            np.lib.format.write_array(member, np.zeros(shape))
+    parts = training(NUMPY, seed=3)
+    before = everything(*parts)
+    with pytest.raises(ValueError, match=f"run.npz holds the member '{name}' twice"):
+        checkpoint.load(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    assert_same(everything(*parts), before)
+
+
+def test_a_header_claiming_more_than_its_member_holds_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "crafted.npz"
+    with zipfile.ZipFile(path, "w") as archive, archive.open("huge.npy", "w") as member:
+        header = {"descr": "<f8", "fortran_order": False, "shape": (2**40,)}  # 8 TiB
+        np.lib.format.write_array_header_1_0(member, header)
+        member.write(bytes(8))
+    parts = training(NUMPY)
+    before = everything(*parts)
+    with pytest.raises(ValueError, match="crafted.npz: the member 'huge.npy' declares "
+                                         "8796093022208 bytes of array data but holds"):
+        checkpoint.load(path, parts[0])
+    assert_same(everything(*parts), before)
+
+
+def test_out_of_memory_while_loading_is_a_memory_error_and_changes_nothing(tmp_path,
+                                                                           monkeypatch):
+    # Not "truncated or not an .npz file": the file is fine, the machine is short of memory.
+    path, _ = saved_mid_window(NUMPY, tmp_path)
+    parts = training(NUMPY, seed=3)
+    before = everything(*parts)
+
+    def no_memory(self, key):
+        raise MemoryError("injected: no memory for the array")
+
+    monkeypatch.setattr(np.lib.npyio.NpzFile, "__getitem__", no_memory)
+    with pytest.raises(MemoryError, match="injected"):
+        checkpoint.load(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
+    monkeypatch.undo()
+    assert_same(everything(*parts), before)

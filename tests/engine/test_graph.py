@@ -1,12 +1,14 @@
 """The reverse walk (``engine.graph``): backward() through a 10000-op chain, seeds,
 gradients accumulated out of place, diamonds and shared subexpressions, no_grad and
 detach, the dtypes of the gradients, a failure half-way through backward that leaves
-every grad unchanged, and the walk freeing the graph's saved arrays as it goes."""
+every grad unchanged, Ctrl-C while entering no_grad, and the walk freeing the graph's saved
+arrays as it goes."""
 
 import weakref
 
 import numpy as np
 import pytest
+from faults import interrupt_each_entry_line
 from helpers import equal as _equal
 from helpers import leaf as _tensor
 
@@ -80,6 +82,38 @@ def test_no_grad_records_nothing_and_restores(xp):
     assert y.is_leaf
     assert is_grad_enabled()
     assert (x * 2.0).requires_grad
+
+
+def grad_enabled_is(expected):
+    def check():
+        assert is_grad_enabled() is expected
+    return check
+
+
+def test_ctrl_c_while_entering_no_grad_leaves_grad_enabled():
+    # Ctrl-C at any line that entering runs; the old generator-based manager cleared the
+    # flag, then met the fault at its ``try:`` line, outside the try that restores it.
+    assert interrupt_each_entry_line(no_grad, grad_enabled_is(True)) >= 1
+    with no_grad():  # inside an outer block, the outer block's flag stays
+        assert interrupt_each_entry_line(no_grad, grad_enabled_is(False)) >= 1
+    assert is_grad_enabled()
+
+
+def test_one_no_grad_object_nests_in_itself_and_decorates_recursion():
+    quiet = no_grad()
+    with quiet:
+        with quiet:
+            assert not is_grad_enabled()
+        assert not is_grad_enabled()
+    assert is_grad_enabled()
+
+    @no_grad()
+    def depth(n):
+        assert not is_grad_enabled()
+        return 0 if n == 0 else 1 + depth(n - 1)
+
+    assert depth(3) == 3
+    assert is_grad_enabled()
 
 
 def test_detach_cuts_the_graph(xp):

@@ -2,6 +2,7 @@
 that name the argument, the value and what is allowed."""
 
 from fractions import Fraction
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from minigrad import nn, optim
 from minigrad.accumulate import split_sizes
 from minigrad.apps import data
-from minigrad.engine import validate
+from minigrad.engine import backend, validate
 
 
 def test_integer_accepts_numpy_integers_and_refuses_bools_and_floats():
@@ -137,3 +138,15 @@ def test_non_finite_and_out_of_range_values_are_refused(build):
 def test_zero_and_negative_sizes_are_refused(build, name):
     with pytest.raises(ValueError, match=f"^{name} must be a positive int"):
         build()
+
+
+def test_out_of_memory_while_probing_a_namespace_is_not_blamed_on_it():
+    # resolve_namespace probes xp with xp.asarray(0.0); a machine short of memory is no
+    # reason to call the argument "not an array-API namespace".
+    def starved(value):
+        raise MemoryError("injected: no memory for one float")
+
+    with pytest.raises(MemoryError, match="injected"):
+        backend.resolve_namespace(SimpleNamespace(__name__="starved", asarray=starved))
+    with pytest.raises(TypeError, match="xp must be an array-API namespace"):
+        backend.resolve_namespace(SimpleNamespace(__name__="broken", asarray=None))

@@ -6,13 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from faults import interrupt_each_entry_line
 from helpers import as_numpy as _np
 from helpers import leaf as _tensor
 from helpers import other_namespace as _other
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minigrad.nn import Dropout, dropout_keys
+from minigrad.nn import Dropout, dropout, dropout_keys
 from minigrad.nn import functional as F
 
 
@@ -91,6 +92,34 @@ def test_dropout_module(xp):
     assert np.array_equal(keyed, _mask(xp, 16, 8, seed=9, step=7)[10:])
     layer.eval()
     assert np.array_equal(_np(layer(x)), np.ones((6, 8)))
+
+
+def test_ctrl_c_while_entering_dropout_keys_leaves_the_keys_as_they_were():
+    # Ctrl-C at any line that entering runs: the old generator-based manager set the keys,
+    # then met the fault at its ``try:`` line, outside the try that puts them back.
+    index = np.arange(4)
+
+    def unkeyed():
+        assert dropout._keys is None
+
+    assert interrupt_each_entry_line(lambda: dropout_keys(3, index), unkeyed) >= 1
+    with dropout_keys(1, index):
+        def outer():
+            assert dropout._keys == (1, index)
+
+        assert interrupt_each_entry_line(lambda: dropout_keys(3, index), outer) >= 1
+    unkeyed()
+
+
+def test_dropout_keys_nest_and_one_object_nests_in_itself():
+    index, inner = np.arange(4), dropout_keys(2, np.arange(2))
+    with dropout_keys(1, index):
+        with inner:
+            with inner:
+                assert dropout._keys[0] == 2
+            assert dropout._keys[0] == 2
+        assert dropout._keys == (1, index)
+    assert dropout._keys is None
 
 
 def test_dropout_sample_index_must_match_the_batch(xp):

@@ -161,6 +161,31 @@ def test_a_bad_state_dict_raises_and_changes_nothing(xp, make_opt, corrupt, mess
     assert snapshot(opt) == before
 
 
+def test_an_interrupt_while_loading_changes_nothing_and_a_retry_loads(xp, make_opt, monkeypatch):
+    # Ctrl-C while the per-parameter records are built: the old code had already set lr,
+    # the hyperparameters and step_count by then.
+    a, b = two_params(xp)
+    opt = make_opt([a, b])
+    set_grads([a, b], xp)
+    opt.step()
+    saved = opt.state_dict()
+    set_grads([a, b], xp, -2.0)
+    opt.step()
+    opt.lr = 7.0
+    before = snapshot(opt)
+
+    def interrupted(self, **fields):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(opt._fresh()), "_replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        opt.load_state_dict(saved)
+    monkeypatch.undo()
+    assert snapshot(opt) == before
+    opt.load_state_dict(saved)
+    assert (opt.lr, opt.step_count) == (saved["lr"], 1)
+
+
 @pytest.mark.parametrize("make, kwargs, message", [
     (SGD, {"lr": -0.1}, "lr must be a finite number with lr >= 0"),
     (SGD, {"lr": math.nan}, "lr must be"),

@@ -4,6 +4,7 @@ validation, and the Scheduler that sets the lr once per optimizer update."""
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from optim_oracle import U64, arr
 
@@ -63,6 +64,31 @@ def test_scheduler_sets_lr_once_per_update_and_refuses_micro_batch_steps(xp):
     again = optim.Scheduler(opt, optim.step_decay(1.0, 1, 0.5))
     again.load_state_dict(sched.state_dict())
     assert (again.t, opt.lr) == (3, 0.125)
+
+
+def test_an_interrupt_while_setting_the_rate_changes_nothing_and_a_retry_steps(monkeypatch):
+    # Ctrl-C inside the optimizer's lr setter (its check): the old step had already moved t
+    # and the count of updates seen, so the rate stayed old and the retry was refused.
+    w = Parameter([0.0])
+    opt = SGD([w], lr=99.0)
+    sched = optim.Scheduler(opt, optim.step_decay(1.0, 1, 0.5))
+    w.grad = np.array([1.0])
+    opt.step()
+    checks = []
+
+    def check_lr(value):  # next_lr checks the rate first; the setter checks it again
+        checks.append(value)
+        if len(checks) == 2:
+            raise KeyboardInterrupt
+        return float(value)
+
+    monkeypatch.setattr(opt, "check_lr", check_lr)
+    with pytest.raises(KeyboardInterrupt):
+        sched.step()
+    monkeypatch.undo()
+    assert (sched.t, opt.lr, sched._seen_updates) == (0, 1.0, 0)
+    sched.step()
+    assert (sched.t, opt.lr) == (1, 0.5)
 
 
 def test_step_decay_is_fast_at_any_t_and_equals_its_repeated_products():
