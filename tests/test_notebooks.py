@@ -42,3 +42,36 @@ def test_the_notebook_runs_top_to_bottom(path):
               if o.output_type == "error"]
     assert not errors
     print(f"{path.name}: {seconds:.1f} s")
+
+
+# Notebooks 01-07 link the concept pages they demonstrate and use the site's one name for each
+# accumulation rule. The site renders a notebook at /notebooks/NN_name/, so a concept page is
+# ../../concepts/NAME/ from there.
+RULE_NOTEBOOKS = [p for p in NOTEBOOKS if p.name[:2] in ("01", "02", "03", "04", "05", "06",
+                                                          "07")]
+RETIRED_NAMES = ("the loop most people write", "minigrad's mean", "mean / N)")
+
+
+def _text(path, kind):
+    nb = nbformat.read(path, as_version=4)
+    return "\n".join(cell.source for cell in nb.cells if cell.cell_type == kind)
+
+
+@pytest.mark.parametrize("path", RULE_NOTEBOOKS, ids=[p.stem for p in RULE_NOTEBOOKS])
+def test_the_notebook_links_the_concept_pages_it_demonstrates(path):
+    import re
+
+    pages = re.findall(r"\]\(\.\./\.\./concepts/([a-z-]+)/\)", _text(path, "markdown"))
+    assert pages, f"{path.name} links no concept page (../../concepts/NAME/)"
+    for page in pages:
+        assert (ROOT / "docs" / "concepts" / f"{page}.md").is_file(), f"{path.name}: {page}"
+
+
+@pytest.mark.parametrize("path", RULE_NOTEBOOKS, ids=[p.stem for p in RULE_NOTEBOOKS])
+def test_the_notebook_names_each_accumulation_rule_one_way(path):
+    text = _text(path, "markdown") + _text(path, "code")
+    for retired in RETIRED_NAMES:
+        assert retired not in text, f"{path.name} still says {retired!r}"
+    if path.name.startswith(("02", "03")):
+        for name in ("the item-weighted rule", "the textbook loop", "the undivided sum"):
+            assert name in text, f"{path.name} never names {name!r}"
