@@ -44,6 +44,10 @@ COMMANDS = {
     "check-group": (["check", "--sizes", "64,32,10", "--norm", "group", "--micro-batch", "7",
                      "--ignore-fraction", "0.3", "--optimizer", "adam", "--lr", "0.001",
                      "--steps", "6"], 0),
+    "check-contrastive-naive": (["check", "--loss", "contrastive", "--strategy", "naive",
+                                 "--steps", "4"], 1),
+    "check-contrastive-gradcache": (["check", "--loss", "contrastive", "--strategy",
+                                     "gradcache", "--steps", "4"], 0),
     "plan": (["plan", "--sizes", "784,256,256,10", "--global-batch", "2048",
               "--memory", "24MB"], 0),
 }

@@ -1,8 +1,8 @@
 """MkDocs hook: the Concepts pages and the MPI page join the navigation as they are written.
 
-``mkdocs.yml`` names every page of the Concepts section (``concepts/*.md`` and
-``distributed.md``). A page of that section that does not exist yet is left out of the
-navigation, with a line in the build log naming it; any other missing page stays an error
+``mkdocs.yml`` names every page of the Concepts and Internals sections (``concepts/*.md`` and
+``distributed.md``). Such a page that does not exist yet is left out of the navigation, with
+a line in the build log naming it; any other missing page stays an error
 of the strict build. tests/docs/test_site.py checks that the finished site has them all.
 """
 

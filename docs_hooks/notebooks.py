@@ -18,6 +18,7 @@ import html
 import importlib.util
 import json
 import logging
+import re
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -50,7 +51,10 @@ def _intro(path: Path) -> tuple[str, str]:
                 paragraph.append(line.strip())
             elif paragraph:
                 break
-        intro = " ".join(paragraph)
+        # The notebook links the site from its own page (/notebooks/NN_name/): ../../concepts/
+        # NAME/; the overview page is docs/notebooks.md, whose links name the source files.
+        intro = re.sub(r"\]\(\.\./\.\./([\w/-]+?)/?(#[\w-]+)?\)", r"](\1.md\2)",
+                       " ".join(paragraph))
         return lines[0][2:].strip(), "" if intro.startswith("#") else intro
     raise PluginError(f"{path.relative_to(ROOT)}: no markdown cell starts with a '# ' title")
 
@@ -81,7 +85,7 @@ def on_pre_build(config, **kwargs):
         _seconds[path.name] = seconds
         copy = target / path.name
         wanted.add(copy)
-        data = executed.read_bytes()
+        data = _static(executed.read_bytes())
         if not copy.exists() or copy.read_bytes() != data:  # `mkdocs serve` watches docs/
             target.mkdir(exist_ok=True)
             copy.write_bytes(data)
@@ -89,6 +93,60 @@ def on_pre_build(config, **kwargs):
     for stale in target.glob("[0-9][0-9]_*.ipynb"):
         if stale not in wanted:
             stale.unlink()
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+FIGURE = "application/vnd.minigrad.figure+json"  # minigrad.apps.plotting.interactive.MIME
+WIDGET_NOTE = ("[The controls of this cell move in JupyterLab: `make lab`. The output above "
+               "is the engine's answer for their default values.]")
+
+
+def _static(data: bytes) -> bytes:
+    """The executed notebook as a static page shows it: without its ipywidgets state and
+    views (rendered, they would load the widget manager from a CDN, and a static page cannot
+    run the engine anyway: each view becomes a one-line note), and with each figure that
+    ``publish`` gave as data drawn again by the site (see ``_figure``)."""
+    nb = json.loads(data)
+    if ("widgets" not in nb.get("metadata", {}) and WIDGET.encode() not in data
+            and FIGURE.encode() not in data):
+        return data
+    nb["metadata"].pop("widgets", None)
+    names = set()
+    for cell in nb["cells"]:
+        outputs = cell.get("outputs", [])
+        for output in outputs:
+            if WIDGET in output.get("data", {}):
+                output["data"] = {"text/plain": WIDGET_NOTE}
+        for i, output in enumerate(outputs):
+            if FIGURE in output.get("data", {}):
+                outputs[i:] = _figure(output["data"][FIGURE], outputs[i + 1:], names)
+    return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def _figure(figure: dict, after: list, names: set) -> list:
+    """A published figure and the outputs after it -> one HTML output in place of the
+    figure and of its PNG, the next image in ``after``: a ``<div class="minigrad-figure">``
+    holding the figure's data, that ``javascripts/figures.js`` draws with the site's
+    plotly.js, and the PNG below it in a closed "static figure" toggle."""
+    name = figure["name"]
+    if name in names:
+        raise PluginError(f"two figures of one notebook are published as '{name}'")
+    names.add(name)
+    png = next((i for i, out in enumerate(after) if "image/png" in out.get("data", {})), None)
+    if png is None:
+        raise PluginError(f"figure '{name}': no PNG follows publish(); call it before "
+                          f"plt.show()")
+    image = "".join(after[png]["data"]["image/png"]).strip()  # a string or a list of lines
+    text = json.dumps(figure, allow_nan=False, separators=(",", ":"))
+    html_ = (f'<div class="minigrad-figure" id="figure-{name}" '
+             f'data-figure="{html.escape(text)}">'
+             f'<p class="explorer-note">This figure needs JavaScript: it is drawn in the '
+             f'browser from the numbers the notebook computed. The static figure is below.'
+             f'</p></div><details class="minigrad-figure-static"><summary>Static figure (the '
+             f'notebook\'s PNG)</summary><img alt="the figure {name}" '
+             f'src="data:image/png;base64,{image}"></details>')
+    return [{"output_type": "display_data", "metadata": {}, "data": {"text/html": html_}},
+            *after[:png], *after[png + 1:]]
 
 
 def on_files(files, config, **kwargs):

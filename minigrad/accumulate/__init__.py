@@ -28,11 +28,12 @@ BatchNorm running statistics  every forward in training mode                 k /
 The last row is the exception minigrad shows rather than hides: BatchNorm couples the
 samples of a micro-batch, so accumulated BatchNorm training is not full-batch training.
 
-How one window is run is a **strategy** (``strategy``: ``"micro"``, ``"exact_batchnorm"`` or
-your own object) and where its sums meet is a **reduction** (``reduction``: one process, or
-``mpi.AllReduce``); the two are independent, so ``distributed.step`` is ``step`` with the
-MPI reduction: each rank accumulates its shard, one all-reduce per update adds the sums and
-the item counts (mpi4py, imported lazily).
+How one window is run is a **strategy** (``strategy``: ``"micro"``, ``"exact_batchnorm"``,
+the contrastive ``"naive"``, ``"gradcache"`` and ``Bank(...)``, or your own object) and
+where its sums meet is a **reduction** (``reduction``: one process, or ``mpi.AllReduce``);
+the two are independent, so ``distributed.step`` is ``step`` with the MPI reduction: each
+rank accumulates its shard, one all-reduce per update adds the sums and the item counts
+(mpi4py, imported lazily).
 
 A non-finite loss or gradient never reaches the parameters: the update is refused
 (``FloatingPointError``) or, with ``on_nonfinite="skip"``, dropped; the parameters, the
@@ -41,6 +42,7 @@ optimizer, the schedule and the model's buffers stay exactly as they were.
 
 from minigrad.accumulate import (
     checkpoint,
+    contrastive,
     distributed,
     exact_batchnorm,
     micro,
@@ -50,13 +52,16 @@ from minigrad.accumulate import (
     strategy,
 )
 from minigrad.accumulate.accumulator import NORMALIZE, ON_NONFINITE, Accumulator, Window, as_loss
+from minigrad.accumulate.contrastive import Bank, GradCache, Naive
 from minigrad.accumulate.exact_batchnorm import ExactBatchNorm
 from minigrad.accumulate.micro import Micro
+from minigrad.accumulate.precision import Precision
 from minigrad.accumulate.split import MicroBatch, micro_batches, split_sizes
 from minigrad.accumulate.strategy import STRATEGIES
 from minigrad.accumulate.update import accumulated_gradients, step
 
-__all__ = ["NORMALIZE", "ON_NONFINITE", "STRATEGIES", "Accumulator", "ExactBatchNorm", "Micro",
-           "MicroBatch", "Window", "accumulated_gradients", "as_loss", "checkpoint",
-           "distributed", "exact_batchnorm", "micro", "micro_batches", "mpi", "reduction",
-           "split", "split_sizes", "step", "strategy"]
+__all__ = ["NORMALIZE", "ON_NONFINITE", "STRATEGIES", "Accumulator", "Bank", "ExactBatchNorm",
+           "GradCache", "Micro", "MicroBatch", "Naive", "Precision", "Window",
+           "accumulated_gradients", "as_loss", "checkpoint", "contrastive", "distributed",
+           "exact_batchnorm", "micro", "micro_batches", "mpi", "reduction", "split",
+           "split_sizes", "step", "strategy"]

@@ -12,6 +12,10 @@ A strategy is any object with a ``name``, a ``check`` and a ``run``::
             ...                            # add the window's sums, then
             return reduction.update(acc)   # the mean loss, or None if skipped
 
+A strategy that keeps state across updates (``contrastive.Bank``, a memory bank) says so
+with ``stateful = True``: ``resolve`` then refuses its name, since each call would make a new,
+empty one, and the caller passes one object to every step.
+
 ``accumulate.step`` (and ``distributed.step``, the same function with the MPI reduction)
 checks the batch and the split once, makes a fresh ``Accumulator`` ``acc``, and calls
 ``run`` with:
@@ -31,7 +35,11 @@ out)``, or with its own backward and ``acc.record(items, samples, loss_sum)``. I
 raise at any point: the driver took ``acc.snapshot()`` before and restores it, so the
 parameters, gradients, buffers, optimizer and schedule are as they were; a strategy only
 has to keep its own helpers off the model (pass them as arguments, as ``exact_batchnorm``
-passes its statistics). The smallest complete example, micro-batches in reverse order::
+passes its statistics). A strategy that keeps state from window to window (a memory bank of
+past representations, a loss scale) also has ``snapshot()`` and ``restore(state)``: the
+driver takes the one before ``run`` and calls the other if ``run`` raises, so that state is
+all-or-nothing too (a dropped window keeps what ``run`` decided, such as a lower scale).
+The smallest complete example, micro-batches in reverse order::
 
     from minigrad.accumulate.micro import add_micro_batch
 
@@ -50,12 +58,19 @@ passes its statistics). The smallest complete example, micro-batches in reverse 
     step(model, loss, opt, x, y, micro_batch_size=4, strategy=Reversed())
 """
 
+from minigrad.accumulate.contrastive import Bank, GradCache, Naive
 from minigrad.accumulate.exact_batchnorm import ExactBatchNorm
 from minigrad.accumulate.micro import Micro
+from minigrad.accumulate.precision import Precision
 
-STRATEGIES = {"micro": Micro, "exact_batchnorm": ExactBatchNorm}
-"""The strategies that have a name: ``"micro"`` (each micro-batch alone; the default) and
-``"exact_batchnorm"`` (the full-batch BatchNorm gradient by extra passes)."""
+STRATEGIES = {"micro": Micro, "exact_batchnorm": ExactBatchNorm, "naive": Naive,
+              "gradcache": GradCache, "bank": Bank,
+              "precision": Precision}
+"""The strategies that have a name: ``"micro"`` (each micro-batch alone; the default),
+``"exact_batchnorm"`` (the full-batch BatchNorm gradient by extra passes) and, for losses
+with in-batch negatives (``minigrad.accumulate.contrastive``), ``"naive"``, ``"gradcache"``
+(exact) and ``"bank"`` (memory banks; a stateful strategy, passed as one ``Bank`` object) and
+``"precision"`` (low-precision compute and gradient buffers, ``Precision(...)``)."""
 
 
 def resolve(strategy):
@@ -65,6 +80,10 @@ def resolve(strategy):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {sorted(STRATEGIES)} or a strategy "
                              f"object, got {strategy!r}")
+        if getattr(STRATEGIES[strategy], "stateful", False):  # a name would start afresh
+            raise ValueError(f"strategy={strategy!r} keeps a memory across updates: make one "
+                             f"object, {STRATEGIES[strategy].__name__}(...), and pass it to "
+                             f"every step")
         return STRATEGIES[strategy]()
     missing = [m for m in ("check", "run") if not callable(getattr(strategy, m, None))]
     if isinstance(strategy, type) or missing or not isinstance(getattr(strategy, "name", None),

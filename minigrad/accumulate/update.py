@@ -100,8 +100,10 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
 
 def run_window(acc, strategy, micro_batches, reduction):
     """``strategy.run`` inside one snapshot: the mean loss, or ``None`` (everything as it
-    was) when the window was dropped; on any error everything is put back and it raises."""
+    was) when the window was dropped; on any error everything is put back and it raises,
+    the strategy's own state too when it keeps some (``snapshot``/``restore``)."""
     saved = acc.snapshot()
+    kept = strategy.snapshot() if callable(getattr(strategy, "snapshot", None)) else None
     try:
         acc.discard()
         mean_loss = strategy.run(acc, micro_batches, reduction)
@@ -111,6 +113,8 @@ def run_window(acc, strategy, micro_batches, reduction):
         mean_loss = None
     except BaseException as error:
         acc.restore(saved)
+        if kept is not None:
+            strategy.restore(kept)  # a memory bank, a loss scale: as before the call
         reduction.abort(error)
         raise
     if mean_loss is None:

@@ -2,9 +2,11 @@
 accumulated), the derived rounding bounds and the ``check`` built on them, the exact
 Fraction mode, the HIPS-autograd reference, the BatchNorm divergence measurements, and
 memory: the measured peak of an update and the micro-batch planner. The notebooks'
-experiments live here too: ``pitfalls`` (the wrong loops, one mistake at a time),
-``libraries`` (one training on several array libraries), ``norm_training`` (normalisation
-layers trained both ways) and ``costs`` (what an update costs in time and memory).
+experiments live here too: ``contrastive`` (GradCache's bound, retrieval, the towers'
+gradient norms; ``contrastive_check`` is ``check`` for InfoNCE), ``pitfalls`` (the wrong
+loops, one mistake at a time), ``libraries`` (one training on several array libraries),
+``norm_training`` (normalisation layers trained both ways) and ``costs`` (what an update
+costs in time and memory).
 
 Each module is imported on first use (PEP 562), so ``import minigrad.analysis`` costs
 nothing and HIPS autograd is imported only with ``reference``.
@@ -12,9 +14,9 @@ nothing and HIPS autograd is imported only with ``reference``.
 
 import importlib
 
-__all__ = ["batchnorm", "bounds", "check", "communication", "costs", "equivalence", "exact",
-           "libraries", "memory", "metrics", "norm_training", "pitfalls", "planner", "reference",
-           "trajectory"]
+__all__ = ["batchnorm", "bounds", "check", "claims", "communication", "contrastive",
+           "contrastive_check", "costs", "equivalence", "exact", "libraries", "memory", "metrics",
+           "norm_training", "pitfalls", "planner", "reference", "trajectory"]
 
 
 def __getattr__(name):

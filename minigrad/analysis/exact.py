@@ -26,7 +26,7 @@ from minigrad.accumulate.guard import as_batch
 from minigrad.accumulate.split import check_sizes
 from minigrad.engine import backend, validate
 
-EXACT_LAYERS = (nn.Linear, nn.ReLU, nn.Identity, nn.Sequential)
+EXACT_LAYERS = (nn.Linear, nn.ReLU, nn.Identity, nn.Sequential, nn.DualEncoder)
 
 _to_fraction = np.vectorize(Fraction, otypes=[object])
 
@@ -62,8 +62,8 @@ def to_fractions(a, name="a"):
 def to_exact(model):
     """Convert ``model``'s parameters to Fraction arrays in place; returns the model.
 
-    Only piecewise-linear layers are allowed: anything else (tanh, norms, dropout) needs
-    irrational numbers or random draws, and raises ``TypeError``.
+    Only piecewise-linear layers are allowed (and a ``DualEncoder`` of them): anything else
+    (tanh, norms, dropout) needs irrational numbers or random draws, and raises ``TypeError``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")

@@ -11,7 +11,7 @@ import json
 import re
 
 from minigrad.accumulate import NORMALIZE
-from minigrad.analysis import check
+from minigrad.analysis import check, contrastive_check
 from minigrad.analysis.trajectory import Diverged
 from minigrad.apps.args import number, widths
 from minigrad.engine import validate
@@ -21,13 +21,20 @@ Train an MLP on seeded random data twice from the same start, full batch and acc
 over micro-batches (minigrad.accumulate.step), and compare the parameters after every update
 with the floating-point bound that minigrad.analysis.bounds derives. Exit status 0: accumulated
 training IS full-batch training within the bound at every update; 1: it is not (the reasons
-are printed); 2: a bad argument, or a learning rate at which full-batch training diverges."""
+are printed); 2: a bad argument, or a learning rate at which full-batch training diverges.
+
+With --loss contrastive: a dual encoder (two MLP towers, --sizes) on pairs of views of
+scikit-learn's digits (left and right halves), symmetric InfoNCE, and a contrastive strategy
+(--strategy naive, gradcache or bank); the strategy's gradient is compared with the full
+batch's at the same parameters before every update. Every other flag has a default: towers
+32,16,8 and an uneven split of the global batch."""
 
 EPILOG = """\
 examples:
   minigrad check --sizes 64,32,10 --norm batch --micro-batch 16
   minigrad check --sizes 64,32,10 --norm group --micro-batch 7 --ignore-fraction 0.3 \\
-      --optimizer adam --lr 0.001 --json"""
+      --optimizer adam --lr 0.001 --json
+  minigrad check --loss contrastive --strategy gradcache"""
 
 # check's argument names, as flags (messages about two arguments name both)
 FLAGS = ("sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
@@ -43,14 +50,17 @@ def register(commands):
     count = functools.partial(number, int, validate.positive_int)
     rate = functools.partial(number, float, validate.real)
     default = " (default: %(default)s)"
-    p.add_argument("--sizes", type=widths, required=True,
-                   help="MLP widths, inputs first and classes (outputs) last, e.g. 64,32,10")
+    p.add_argument("--sizes", type=widths,
+                   help="MLP widths, inputs first and classes (outputs) last, e.g. 64,32,10 "
+                        "(required, except with --loss contrastive: each tower's widths, "
+                        "default 32,16,8)")
     p.add_argument("--activation", choices=tuple(check.ACTIVATIONS), default="relu", help=default)
     p.add_argument("--norm", choices=check.NORMS, default="none",
                    help="normalisation after each hidden Linear" + default)
     p.add_argument("--dropout", type=number(float, validate.probability, "--dropout"),
                    default=0.0, help="dropout probability" + default)
-    p.add_argument("--loss", choices=check.LOSSES, default="cross-entropy", help=default)
+    p.add_argument("--loss", choices=(*check.LOSSES, "contrastive"), default="cross-entropy",
+                   help=default)
     p.add_argument("--ignore-fraction", default=0.0,
                    type=number(float, validate.probability, "--ignore-fraction"),
                    help="share of cross-entropy targets set to ignore_index -100" + default)
@@ -64,7 +74,7 @@ def register(commands):
                    help="clip the accumulated gradient to this global norm (default: none)")
     p.add_argument("--global-batch", type=count("--global-batch"), default=64,
                    help="samples in one update" + default)
-    split = p.add_mutually_exclusive_group(required=True)
+    split = p.add_mutually_exclusive_group()  # one is required, except for contrastive
     split.add_argument("--micro-batch", type=count("--micro-batch"),
                        help="samples per micro-batch (the last may be smaller)")
     split.add_argument("--micro-batches", type=count("--micro-batches"),
@@ -73,10 +83,10 @@ def register(commands):
                    help="items: divide once by the update's items; micro_batches: the "
                         "textbook mean per micro-batch over their count; sum: no division"
                         + default)
-    p.add_argument("--strategy", choices=check.STRATEGIES, default="micro",
-                   help="how a window is run: micro (each micro-batch alone), "
-                        "exact_batchnorm (BatchNorm with the global batch's statistics)"
-                        + default)
+    p.add_argument("--strategy", choices=(*check.STRATEGIES, *contrastive_check.STRATEGIES),
+                   help="how a window is run: micro (each micro-batch alone, the default), "
+                        "exact_batchnorm (BatchNorm with the global batch's statistics); "
+                        "with --loss contrastive: naive, gradcache (the default) or bank")
     p.add_argument("--steps", type=count("--steps"), default=20, help="updates" + default)
     p.add_argument("--dtype", choices=check.DTYPES, default="float64", help=default)
     p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
@@ -89,6 +99,15 @@ def register(commands):
 def run(args):
     """Check the set-up that ``args`` describes; 0: equivalent, 1: not. A bad combination of
     values, or a full-batch run that diverges, exits 2 through ``args.error``."""
+    if args.loss == "contrastive":
+        return _run_contrastive(args)
+    if args.strategy in contrastive_check.STRATEGIES:
+        args.error(f"--strategy {args.strategy} is for --loss contrastive, got --loss {args.loss}")
+    if args.sizes is None:
+        args.error("the following arguments are required: --sizes")
+    if args.micro_batch is None and args.micro_batches is None:
+        args.error("one of the arguments --micro-batch --micro-batches is required")
+    args.strategy = args.strategy or "micro"
     options = {name: getattr(args, name) for name in FLAGS}
     try:
         options = check.configuration(**options)
@@ -102,6 +121,43 @@ def run(args):
         print(json.dumps(result, allow_nan=False))
     else:
         _print(result)
+    return 0 if result["equivalent"] else 1
+
+
+def _run_contrastive(args):
+    """``run`` for ``--loss contrastive`` (``minigrad.analysis.contrastive_check``)."""
+    for flag, value, allowed in (("--ignore-fraction", args.ignore_fraction, 0.0),
+                                 ("--normalize", args.normalize, "items")):
+        if value != allowed:
+            args.error(f"{flag} must be {allowed} with --loss contrastive, got {value}")
+    try:
+        from minigrad.apps.data import paired_digits
+
+        pool = paired_digits(seed=args.seed)[0]
+    except ImportError as err:
+        args.error(f"--loss contrastive trains on scikit-learn's digits: {err}")
+    names = ("sizes", "activation", "norm", "dropout", "optimizer", "lr", "weight_decay", "clip",
+             "global_batch", "micro_batch", "micro_batches", "steps", "dtype", "seed")
+    options = {name: getattr(args, name) for name in names}
+    options["strategy"] = args.strategy or "gradcache"
+    try:
+        contrastive_check.configuration(pool, **options)
+    except (TypeError, ValueError) as err:
+        args.error(_as_flags(str(err)))
+    try:
+        result = contrastive_check.check(pool, **options)
+    except FloatingPointError as err:
+        args.error(f"{err}, so there is nothing to compare with: lower --lr")
+    if args.json:
+        print(json.dumps(result, allow_nan=False))
+        return 0 if result["equivalent"] else 1
+    c = result["config"]
+    print(f"dual encoder, towers {c['sizes']} ({c['activation']}, norm {c['norm']}, dropout "
+          f"{c['dropout']:g}), {c['loss']}, {c['optimizer']} lr={c['lr']:g}, {c['dtype']}")
+    print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
+          f"(strategy={c['strategy']}), seed {c['seed']}")
+    print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}  (gradients)")
+    _rows_and_verdict(result, contrastive_check.NOT_EQUIVALENT)
     return 0 if result["equivalent"] else 1
 
 
@@ -130,13 +186,18 @@ def _print(result):
     print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
           f"(normalize={c['normalize']}, strategy={c['strategy']}), seed {c['seed']}")
     print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}")
+    _rows_and_verdict(result, check.NOT_EQUIVALENT)
+
+
+def _rows_and_verdict(result, not_equivalent):
+    """One row per update, then the verdict (and its reasons), then the notes."""
     for row in result["updates"]:
         print(f"{row['step']:>6}  {_number(row['max_abs']):>10}  {_number(row['bound']):>10}  "
               f"{_number(row['ratio'], '.3g'):>10}")
     if result["equivalent"]:
         print(result["verdict"])
     else:
-        print(f"{check.NOT_EQUIVALENT}:")
+        print(f"{not_equivalent}:")
         for reason in result["reasons"]:
             print(f"  - {reason}")
     for note in result["notes"]:

@@ -5,7 +5,8 @@ runs are full-batch training (``minigrad.apps.demo``). ``minigrad plan`` picks t
 micro-batch size whose update fits a memory budget (``minigrad.analysis.planner``).
 ``minigrad check`` answers "is my set-up accumulation-safe?" (``minigrad.analysis.check``).
 ``mpirun -n 2 minigrad mpi-demo`` shows that data-parallel training over MPI is full-batch
-training (``minigrad.apps.mpi_demo``).
+training (``minigrad.apps.mpi_demo``). ``minigrad precision`` measures the error of each
+gradient-sum buffer in low precision (``minigrad.apps.precision_command``).
 """
 
 import argparse
@@ -19,7 +20,7 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.analysis import planner
-from minigrad.apps import check_command, mpi_demo
+from minigrad.apps import check_command, mpi_demo, precision_command
 from minigrad.apps.args import number, widths
 from minigrad.engine import validate
 
@@ -145,6 +146,7 @@ def build_parser():
     p.set_defaults(run=plan, error=p.error)
     check_command.register(commands)
     mpi_demo.register(commands)
+    precision_command.register(commands)
     return parser
 
 

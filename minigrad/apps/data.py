@@ -1,5 +1,6 @@
 """Classification data sets: synthetic ones drawn from a seeded NumPy ``Generator``, and
-scikit-learn's bundled handwritten digits (offline).
+scikit-learn's bundled handwritten digits (offline), also as pairs of views for contrastive
+learning (``paired_digits``).
 
 Each returns NumPy arrays ``x`` (float64, shape (N, D)) and ``y`` (int64, shape (N,)), with
 the samples in a seeded random order; ``to_namespace`` moves them into any array-API
@@ -113,6 +114,28 @@ def digits(seed=0, test_fraction=0.25):
     n_train = len(y) - n_test
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
+
+def paired_digits(seed=0, test_fraction=0.25):
+    """Two views of each of ``digits``' images, for contrastive learning (offline):
+    ``(x_train, y_train, x_test, y_test)``.
+
+    The query view is an image's left half, the passage view its right half (8 rows x 4
+    columns each, pixels / 16, flattened to 32 values): ``x`` has shape (N, 2, 32), as
+    ``nn.DualEncoder`` reads it, and ``y`` is the digit (which the loss does not read). The
+    split and the order are ``digits(seed, test_fraction)``'s. Needs scikit-learn.
+
+    >>> x, y, x_test, y_test = paired_digits(seed=0)
+    >>> x.shape, x_test.shape
+    ((1348, 2, 32), (449, 2, 32))
+    """
+    x_train, y_train, x_test, y_test = digits(seed, test_fraction)
+
+    def halves(x):
+        images = x.reshape(-1, 8, 8)
+        left, right = images[:, :, :4], images[:, :, 4:]
+        return np.stack([left.reshape(-1, 32), right.reshape(-1, 32)], axis=1)
+
+    return halves(x_train), y_train, halves(x_test), y_test
 
 def _numbers(name, a):
     """``a`` as an array (lists become NumPy arrays) and its namespace; ``TypeError`` unless

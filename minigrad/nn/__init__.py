@@ -2,6 +2,7 @@
 
 from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional
+from minigrad.nn.contrastive import DualEncoder, InfoNCELoss, info_nce, pairs
 from minigrad.nn.dropout import Dropout, dropout_keys
 from minigrad.nn.layers import GELU, Identity, Linear, ReLU, Sequential, Sigmoid, Tanh
 from minigrad.nn.loss import CrossEntropyLoss, MSELoss
@@ -10,7 +11,7 @@ from minigrad.nn.module import Module
 from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
 
 __all__ = [
-    "BatchNorm1d", "CrossEntropyLoss", "Dropout", "GELU", "GroupNorm", "Identity", "LayerNorm",
-    "Linear", "MLP", "MSELoss", "Module", "Parameter", "ReLU", "Sequential", "Sigmoid", "Tanh",
-    "dropout_keys", "functional",
+    "BatchNorm1d", "CrossEntropyLoss", "Dropout", "DualEncoder", "GELU", "GroupNorm", "Identity",
+    "InfoNCELoss", "LayerNorm", "Linear", "MLP", "MSELoss", "Module", "Parameter", "ReLU",
+    "Sequential", "Sigmoid", "Tanh", "dropout_keys", "functional", "info_nce", "pairs",
 ]

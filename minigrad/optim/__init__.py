@@ -11,6 +11,7 @@ from minigrad.optim import adam, adamw, sgd
 from minigrad.optim.adam import AdamState
 from minigrad.optim.clip import clip_by_global_norm, clip_grad_norm_
 from minigrad.optim.optimizer import SGD, Adam, AdamW, Optimizer
+from minigrad.optim.scaler import GradScaler
 from minigrad.optim.schedules import Scheduler, constant, cosine, linear_warmup, step_decay
 from minigrad.optim.sgd import SGDState
 
@@ -19,6 +20,7 @@ __all__ = [
     "Adam",
     "AdamState",
     "AdamW",
+    "GradScaler",
     "Optimizer",
     "SGDState",
     "Scheduler",

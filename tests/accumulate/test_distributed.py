@@ -39,6 +39,7 @@ if __name__ == "__main__":  # the MPI worker: the helpers that conftest.py puts 
 from custom_strategy import Reversed  # noqa: E402
 from dyadic import coarsen, dyadic_mlp, regression  # noqa: E402
 from helpers import OneRank, require_mpi, to_np  # noqa: E402
+from pairs import case_contrastive  # noqa: E402
 
 from minigrad import backend, nn, optim  # noqa: E402
 from minigrad.accumulate import distributed  # noqa: E402
@@ -216,6 +217,7 @@ CASES = {
     "fail_interrupt": lambda comm: case_failure(comm, "interrupt"),
     "one_ulp": case_one_ulp,
     "strategies": case_strategies,
+    "contrastive": case_contrastive,
 }
 
 
@@ -292,6 +294,30 @@ def test_every_strategy_runs_on_one_and_two_ranks_as_in_one_process(ranks, name)
     for rank in (0, 1):
         assert ranks[rank]["strategies"][name] == {"one_rank": True,
                                                    "two_ranks": [True, True, True]}
+
+
+def test_gradcache_on_two_ranks_is_the_full_batch_gradient(ranks):
+    """Representations gathered from every rank, each rank back-propagating its own rows of
+    the global representations' gradient: within the bound of one process's full batch."""
+    assert ranks[0]["contrastive"]["gradcache"] <= 1
+
+
+def test_gathering_without_gradient_is_not(ranks):
+    """The mistake, measured. Every rank's own rows of the WHOLE batch's loss, then DDP's
+    mean over the ranks: the right gradient divided by the rank count (times 2 it is within
+    the bound). Every rank's loss of its own rows only: wrong by no constant factor (its
+    queries' gradient is right; its passages miss the other ranks' queries)."""
+    result = ranks[0]["contrastive"]
+    assert result["detached_global"] > 1e6 and result["detached_global_times_ranks"] <= 1
+    assert result["detached_local"] > 1e6 and result["detached_local_times_ranks"] > 1e6
+    assert min(result["detached_local_relative_gap"].values()) > 0.05
+
+
+@pytest.mark.parametrize("name", ["naive_update_1", "naive_update_2", "bank_update_1",
+                                  "bank_update_2"])
+def test_naive_and_bank_on_two_ranks_are_one_process_over_the_same_micro_batches(ranks, name):
+    assert ranks[0]["contrastive"][name] <= 1
+    assert ranks[0]["contrastive"]["banks_equal"] and ranks[1]["contrastive"]["banks_equal"]
 
 
 def test_check_identical_sees_one_ulp(ranks):

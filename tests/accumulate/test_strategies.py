@@ -78,10 +78,10 @@ def test_accumulated_gradients_takes_a_strategy(xp):
 
 
 @pytest.mark.parametrize("strategy, kwargs, error, text", [
-    ("ghost", {}, ValueError, "strategy must be one of ['exact_batchnorm', 'micro'] or a "
-                              "strategy object, got 'ghost'"),
-    (Reversed, {}, TypeError, "strategy must be one of ['exact_batchnorm', 'micro'] or an "
-                              "object with a str name and check() and run() methods"),
+    ("ghost", {}, ValueError, f"strategy must be one of {sorted(STRATEGIES)} or a strategy "
+                              f"object, got 'ghost'"),
+    (Reversed, {}, TypeError, f"strategy must be one of {sorted(STRATEGIES)} or an object "
+                              f"with a str name and check() and run() methods"),
     (object(), {}, TypeError, "or an object with a str name"),
     (Reversed(), {"normalize": "micro_batches"}, ValueError, "Reversed accumulates item sums"),
     ("exact_batchnorm", {"normalize": "sum"}, ValueError,

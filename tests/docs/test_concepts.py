@@ -89,8 +89,9 @@ def number(cell):
 
 
 def test_every_concepts_page_of_the_site_exists():
-    assert PAGES == ["accumulation", "array-dispatch", "autodiff", "batchnorm", "dropout",
-                     "floating-point", "loss-normalisation", "memory", "step-accounting"]
+    assert PAGES == ["accumulation", "array-dispatch", "autodiff", "batchnorm", "contrastive",
+                     "dropout", "floating-point", "loss-normalisation", "memory",
+                     "mixed-precision", "step-accounting"]
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -254,3 +255,30 @@ def test_memory_shrinks_with_the_micro_batch_and_the_planner_fits():
     whole, per_micro, summed = (number(r[1]) for r in table(outputs[1]))
     assert per_micro < whole / 2 < summed
     assert "chosen: `micro_batch_size=" in outputs[2]
+
+
+def test_mixed_precision_sqrt_k_flat_buffers_underflow_and_rescue():
+    outputs = run_page("mixed-precision")
+    rows = scope("mixed-precision", "mp")["rows"]
+    for dtype in ("float16", "bfloat16"):
+        err = {(b, k): rows[dtype, b, "sum_then_divide", 1.0, k]["relative_error"]
+               for b in ("param", "float32", "kahan") for k in (4, 1024)}
+        assert 8 < err["param", 1024] / err["param", 4] < 32  # "a sixteen-fold growth"
+        assert err["kahan", 1024] < 4 * err["kahan", 4]  # flat
+        assert err["float32", 1024] < err["kahan", 1024] < err["param", 1024]  # far below
+    assert float(outputs[1].split(": ")[1]) <= 1  # "every error lies within its bound"
+    flushed = {(s, k): rows["float16", "float32", "divide_then_sum", s, k]["flushed"]
+               for s in (1.0, 256.0) for k in (4, 1024)}
+    assert flushed[1.0, 1024] > flushed[1.0, 4] and flushed[256.0, 1024] < flushed[1.0, 1024]
+    counts = [int(line.rsplit("|", 2)[1]) for line in outputs[-1].splitlines()[2:]]
+    assert counts[0] == counts[2] > counts[1]  # float16 loses gradients, the scale keeps them
+
+
+def test_contrastive_gradcache_is_within_the_bound_and_the_banks_balance_the_norms():
+    outputs = run_page("contrastive")
+    ratios = {r[0]: number(r[2]) for r in table(outputs[1])}
+    assert ratios["gradcache"] <= 1  # "GradCache is within the bound"
+    assert ratios["naive"] > 1e6 and ratios["bank"] > 1e6  # "many orders of magnitude beyond"
+    imbalance = {r[0]: number(r[1]) for r in table(outputs[2])}
+    assert imbalance["dual banks"] < imbalance["passage bank"]  # "undo the imbalance"
+    assert imbalance["full batch"] < imbalance["passage bank"]  # "a passage bank creates"

@@ -11,20 +11,13 @@ and say so. ``MINIGRAD_SITE_SHOTS=DIR`` also saves screenshots of the pages they
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import re
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = os.environ.get("MINIGRAD_SITE_SHOTS")
 
 
@@ -44,18 +37,6 @@ def nav_pages(items=None) -> list[str]:
         value = next(iter(item.values())) if isinstance(item, dict) else item
         pages += nav_pages(value) if isinstance(value, list) else [value]
     return pages
-
-
-@pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    """The site, built once per session with ``mkdocs build --strict``."""
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-                          cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{log[-6000:]}"
-    return out
 
 
 def test_the_strict_build_writes_every_page(site):
@@ -90,56 +71,6 @@ def test_no_page_loads_anything_from_outside(site):
 
 # --- the browser ----------------------------------------------------------------------------
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="session")
-def server(site):
-    """The built site on http://127.0.0.1:PORT/ (a thread of this process)."""
-    handler = functools.partial(_Quiet, directory=str(site))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (`make browser` installs Debian's chromium as "
-                    f"root); the site's browser test did not run")
-    playwright = pytest.importorskip("playwright.sync_api",
-                                     reason="Playwright is not installed (the docs extra)")
-    with playwright.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="session")
-def requests():
-    """Every URL any page of the session requested."""
-    return []
-
-
-@pytest.fixture
-def page(browser, requests):
-    context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                  color_scheme="light")
-    context.on("request", lambda request: requests.append(request.url))
-    tab = context.new_page()
-    errors = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    yield tab
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
-
-
 def _visit(page, server, path, shot=None):
     page.goto(server + path, wait_until="networkidle")
     if SHOTS and shot:
@@ -159,6 +90,39 @@ def test_home_page_renders_with_its_figure(page, server, requests):
     assert figure.evaluate("img => img.complete && img.naturalWidth") > 600
     assert page.locator("code", has_text="make demo").count() > 0
     assert page.locator("code", has_text="make test").count() > 0
+    assert not _foreign(requests, server)
+
+
+def test_the_start_here_path_leads_through_the_built_site(site, page, server, requests):
+    """The home page opens with the question; each "Start here" link, in order, is a page of
+    the site; the sidebar reads Concepts, Notebooks, Internals, with the three internals."""
+    _visit(page, server, "")
+    first = page.locator("article p").first.inner_text()
+    assert first.startswith("Is training with gradient accumulation") and "?" in first
+    hrefs = page.evaluate("""() => {
+        const hrefs = [];
+        let node = document.getElementById("start-here").nextElementSibling;
+        for (; node && node.tagName !== "H2"; node = node.nextElementSibling)
+            if (node.tagName === "OL") node.querySelectorAll("a[href]").forEach(
+                a => hrefs.push(a.getAttribute("href")));
+        return hrefs;
+    }""")
+    assert hrefs[0] == "concepts/accumulation/" and hrefs[-1] == "concepts/array-dispatch/"
+    notebooks = [h for h in hrefs if h.startswith("notebooks/")]
+    assert notebooks == _notebook_pages(site)  # every notebook, in order
+    for href in hrefs:
+        response = page.request.get(server + href)
+        assert response.ok and "<h1" in response.text(), href
+    _visit(page, server, "glossary/")
+    sections = dict(page.evaluate("""() => [...document.querySelectorAll(
+        "nav.md-nav--primary > ul > li.md-nav__item--section")].map(li => [
+            li.querySelector(":scope > label, :scope > div").textContent.trim(),
+            [...li.querySelectorAll(":scope > nav a.md-nav__link")].map(
+                a => a.getAttribute("href"))])"""))
+    order = list(sections)
+    assert order.index("Concepts") < order.index("Notebooks") < order.index("Internals")
+    assert sections["Internals"] == ["../concepts/autodiff/", "../concepts/floating-point/",
+                                     "../concepts/array-dispatch/"]
     assert not _foreign(requests, server)
 
 

@@ -107,4 +107,6 @@ def _per_panel(label, n, name):
     return labels
 
 
-__all__ = ["STYLE", "axes", "finish", "labelled", "panel", "pyplot"]
+from minigrad.apps.plotting.interactive import publish  # noqa: E402  (it needs none of the above)
+
+__all__ = ["STYLE", "axes", "finish", "labelled", "panel", "publish", "pyplot"]

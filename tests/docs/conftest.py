@@ -1,0 +1,79 @@
+"""The built site, its server and Chromium: built and started once per test session for
+every module of tests/docs (test_site.py, test_explorers.py, ...)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The site, built once per session with ``mkdocs build --strict``."""
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{log[-6000:]}"
+    return out
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(site):
+    """The built site on http://127.0.0.1:PORT/ (a thread of this process)."""
+    handler = functools.partial(_Quiet, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (`make browser` installs Debian's chromium as "
+                    f"root); the site's browser test did not run")
+    playwright = pytest.importorskip("playwright.sync_api",
+                                     reason="Playwright is not installed (the docs extra)")
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def requests():
+    """Every URL any page of the session requested."""
+    return []
+
+
+@pytest.fixture
+def page(browser, requests):
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  color_scheme="light")
+    context.on("request", lambda request: requests.append(request.url))
+    tab = context.new_page()
+    errors = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    yield tab
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
