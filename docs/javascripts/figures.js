@@ -27,16 +27,31 @@
     trace.mode = modes.join("+");
     trace.line = { color: colour, dash: series.dash || "solid" };
     trace.marker = { color: colour, symbol: series.marker || "circle", size: 7 };
+    // a line symbol (matplotlib's "_", a tick mark) is drawn by its outline only
+    if (/^line-/.test(trace.marker.symbol)) {
+      Object.assign(trace.marker, { size: 24, line: { color: colour, width: 2.5 } });
+    }
+  }
+
+  // A position on x as the reader reads it: the figure's tick label there, if it set one
+  // (bars at 0, 1, 2 ... labelled with micro-batch sizes), else the number itself.
+  function xText(panel) {
+    var labels = {};
+    if (panel.x.ticks) {
+      panel.x.ticks.values.forEach(function (v, i) { labels[v] = panel.x.ticks.labels[i]; });
+    }
+    return function (x) { return x in labels ? labels[x] : String(x); };
   }
 
   function traces(panel, fg) {
+    var xOf = xText(panel);
     return panel.series.map(function (series) {
       var trace = {
         type: series.kind === "bar" ? "bar" : "scatter",
         name: series.label || "", showlegend: series.label !== null,
         x: series.x, y: series.y,
         // the numbers as the notebook computed them: JavaScript's shortest exact form
-        customdata: series.x.map(function (x, i) { return [String(x), String(series.y[i])]; }),
+        customdata: series.x.map(function (x, i) { return [xOf(x), String(series.y[i])]; }),
         hovertemplate: "<b>" + (series.label || "") + "</b><br>" + panel.x.label +
           ": %{customdata[0]}<br>" + panel.y.label + ": %{customdata[1]}<extra></extra>",
       };
