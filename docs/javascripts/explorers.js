@@ -285,6 +285,97 @@
     },
   };
 
+  // A number, or (null: none was computed) the reason in words.
+  function numOr(value, reason) {
+    return value === null ? cell(reason) : num(value);
+  }
+
+  EXPLORERS.contrastive = {
+    defaults: { strategy: "gradcache", micro: 4, batch: 32 },
+    render: function (data, state, parts) {
+      var c = data.cases[state.key];
+      var strategies = data.controls[0];
+      var ms = data.controls[1].values;
+      var traces = [];
+      strategies.values.forEach(function (_, s) {
+        var along = ms.map(function (_, j) {
+          return data.cases[[s, j, state.index.batch].join("|")];
+        });
+        var width = s === state.index.strategy ? 3 : 1.5;
+        traces.push({ name: strategies.labels[s], x: ms, mode: "lines+markers",
+                      line: { color: COLORS[s], width: width },
+                      y: logged(along.map(function (a) { return a.rel_error; })) });
+        traces.push({ name: strategies.labels[s] + ": negatives", x: ms,
+                      mode: "lines+markers", xaxis: "x2", yaxis: "y2", showlegend: false,
+                      line: { color: COLORS[s], width: width },
+                      y: along.map(function (a) { return a.negatives; }) });
+      });
+      parts.note.textContent = "Micro-batches of " + c.sizes.join(", ") + " pairs.";
+      table(parts.tables[0], ["quantity", "value"], [
+        { key: "negatives", cells: [cell("negatives per query"), num(c.negatives)] },
+        { key: "rel_error", cells: [cell("relative gradient gap |g − g_full| / |g_full|"),
+                                    num(c.rel_error)] },
+        { key: "cosine", cells: [cell("cosine to the full-batch gradient"),
+                                 num(c.cosine, 6)] },
+        { key: "bound_ratio", cells: [cell("largest gap / GradCache's rounding bound"),
+                                      numOr(c.bound_ratio, "no finite ratio")] },
+      ]);
+      var m = ms[state.index.micro];
+      return {
+        traces: traces,
+        layout: {
+          grid: { rows: 1, columns: 2, pattern: "independent" }, height: 400,
+          xaxis: { type: "log", tickvals: ms, title: { text: "micro-batch size m" } },
+          yaxis: { type: "log", exponentformat: "power",
+                   title: { text: "relative gradient gap" } },
+          xaxis2: { type: "log", tickvals: ms, title: { text: "micro-batch size m" } },
+          yaxis2: { rangemode: "tozero", title: { text: "negatives per query" } },
+          shapes: [marker("x", m), marker("x2", m)],
+        },
+      };
+    },
+  };
+
+  EXPLORERS.precision = {
+    defaults: { k: 64, dtype: "float16", accumulate: "param", order: "sum_then_divide" },
+    render: function (data, state, parts) {
+      var c = data.cases[state.key];
+      var ks = data.controls[0].values;
+      var accumulators = data.controls[2];
+      var along = function (a) {
+        return ks.map(function (_, j) {
+          return data.cases[[j, state.index.dtype, a, state.index.order].join("|")];
+        });
+      };
+      var traces = accumulators.values.map(function (name, a) {
+        return { name: "accumulator " + accumulators.labels[a], x: ks, mode: "lines+markers",
+                 line: { color: COLORS[a], width: a === state.index.accumulate ? 3 : 1.5 },
+                 y: logged(along(a).map(function (r) { return r.relative_error; })) };
+      });
+      if (c.model !== null) {
+        traces.push({ name: "model u√(K/6), " + accumulators.labels[state.index.accumulate],
+                      x: ks, mode: "lines", line: { dash: "dash", color: "#757575" },
+                      y: along(state.index.accumulate).map(function (r) { return r.model; }) });
+      }
+      table(parts.tables[0], ["quantity", "value"], [
+        { key: "relative_error", cells: [cell("rms error / rms exact mean"),
+                                         numOr(c.relative_error, "overflow")] },
+        { key: "bound_ratio", cells: [cell("largest error / its worst-case bound"),
+                                      numOr(c.bound_ratio, "no bound")] },
+        { key: "model", cells: [cell("statistical model u √(K/6)"),
+                                numOr(c.model, "not modelled (Kahan)")] },
+        { key: "flushed", cells: [cell("share of terms flushed to zero"), num(c.flushed)] },
+      ]);
+      return {
+        traces: traces,
+        layout: { xaxis: { type: "log", tickvals: ks, title: { text: "micro-batches K" } },
+                  yaxis: { type: "log", exponentformat: "power",
+                           title: { text: "relative error of the window's mean" } },
+                  shapes: [marker("x", ks[state.index.k])] },
+      };
+    },
+  };
+
   // ----- the memory planner: analysis.memory.theoretical_peak, evaluated here -------------
   function splitSizes(n, m) {
     var sizes = [];

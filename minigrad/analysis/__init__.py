@@ -15,8 +15,8 @@ nothing and HIPS autograd is imported only with ``reference``.
 import importlib
 
 __all__ = ["batchnorm", "bounds", "check", "claims", "communication", "contrastive",
-           "contrastive_check", "costs", "equivalence", "exact", "libraries", "memory", "metrics",
-           "norm_training", "pitfalls", "planner", "reference", "trajectory"]
+           "contrastive_check", "costs", "equivalence", "exact", "explorer_extras", "libraries",
+           "memory", "metrics", "norm_training", "pitfalls", "planner", "reference", "trajectory"]
 
 
 def __getattr__(name):

@@ -25,6 +25,7 @@ from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients, micro_batches, split_sizes, step
 from minigrad.analysis import batchnorm, bounds, equivalence, metrics, pitfalls
 from minigrad.analysis.explorer_controls import control, key, positive_ints
+from minigrad.analysis.explorer_extras import contrastive_explorer, precision_explorer
 from minigrad.analysis.explorer_numbers import (
     MEMORY_LOSSES,
     MEMORY_OPTIMIZERS,
@@ -274,5 +275,6 @@ def step_accounting_explorer(optimizers=tuple(STEP_OPTIMIZERS), mistakes=pitfall
 
 EXPLORERS = {"split": split_explorer, "batchnorm": batchnorm_explorer,
              "step-accounting": step_accounting_explorer,
-             "floating-point": floating_point_explorer, "memory": memory_explorer}
+             "floating-point": floating_point_explorer, "memory": memory_explorer,
+             "contrastive": contrastive_explorer, "precision": precision_explorer}
 """Name -> the function that computes that explorer's data (the docs hook calls each)."""

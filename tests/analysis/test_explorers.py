@@ -25,8 +25,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minigrad import accumulate, nn
-from minigrad.analysis import bounds, explorers, memory, norm_training, pitfalls
+from minigrad.analysis import bounds, explorers, memory, metrics, norm_training, pitfalls, precision
+from minigrad.analysis.contrastive import gradcache_bound
 from minigrad.analysis.exact import to_exact, to_fractions
+from minigrad.analysis.explorer_extras import contrastive_setup
 
 
 @pytest.fixture(scope="module")
@@ -271,3 +273,80 @@ def test_memory_controls_cover_the_formula(grids):
     assert controls["loss"]["values"] == list(data["formula"]["head"])
     assert controls["dtype"]["values"] == list(data["formula"]["itemsize"])
     assert controls["budget"]["values"] == sorted(controls["budget"]["values"])
+
+
+# ----- contrastive ---------------------------------------------------------------------------
+def test_contrastive_controls_and_negatives(grids):
+    data = grids["contrastive"]
+    assert [c["name"] for c in data["controls"]] == ["strategy", "micro", "batch"]
+    assert data["controls"][0]["values"] == ["naive", "gradcache", "bank"]
+    for values, case in cases(data):
+        n, m = values["batch"], min(values["micro"], values["batch"])
+        assert case["sizes"] == accumulate.split_sizes(n, micro_batch_size=m)
+        assert case["negatives"] == {"naive": m - 1, "gradcache": n - 1,
+                                     "bank": m + n - 1}[values["strategy"]], values
+
+
+def test_contrastive_grid_gradcache_is_rounding_and_the_others_change_the_objective(grids):
+    for values, case in cases(grids["contrastive"]):
+        strategy, n, m = values["strategy"], values["batch"], values["micro"]
+        if strategy == "gradcache" or (strategy == "naive" and m >= n):
+            assert case["bound_ratio"] <= 1.0, values
+        else:  # other negatives: another objective, far outside the rounding bound
+            assert case["bound_ratio"] is None or case["bound_ratio"] > 1.0, values
+            assert case["rel_error"] > 1e-3, values
+        if strategy == "naive" and m >= n:  # one micro-batch: the same computation
+            assert case["rel_error"] == 0.0
+
+
+@pytest.mark.parametrize("index, strategy, m, n", [
+    ("0|2|0", "naive", 4, 16), ("1|3|1", "gradcache", 8, 32), ("2|1|2", "bank", 2, 64)])
+def test_contrastive_case_is_the_library_computation(grids, index, strategy, m, n):
+    setup = contrastive_setup(n)
+    make, loss, x, y = (setup[k] for k in ("make", "loss", "x", "y"))
+    model, sizes = make(), accumulate.split_sizes(n, micro_batch_size=m)
+    full = accumulate.accumulated_gradients(model, loss, x, y)
+    if strategy == "bank":
+        strategy = accumulate.Bank(size=n)
+        accumulate.accumulated_gradients(model, loss, setup["warm"], y, sizes=sizes,
+                                         strategy=strategy)
+    acc = accumulate.accumulated_gradients(model, loss, x, y, sizes=sizes, strategy=strategy)
+    bound, _ = gradcache_bound(model, loss, x, y)
+    case = grids["contrastive"]["cases"][index]
+    gap = metrics.vector_gap(bounds.flat(acc.values()), bounds.flat(full.values()))
+    assert (case["rel_error"], case["cosine"]) == (gap["rel_error"], gap["cosine"])
+    ratio = max(bounds.bound_ratio(np.abs(acc[p] - full[p]), bound[p]) for p in full)
+    assert case["bound_ratio"] == (ratio if np.isfinite(ratio) else None)
+
+
+# ----- precision -----------------------------------------------------------------------------
+def test_precision_controls(grids):
+    data = grids["precision"]
+    controls = {c["name"]: c["values"] for c in data["controls"]}
+    assert list(controls) == ["k", "dtype", "accumulate", "order"]
+    assert controls["k"] == list(precision.KS)
+    assert controls["dtype"] == ["float16", "bfloat16"]
+    assert controls["accumulate"] == ["param", "float32", "kahan"]
+    assert controls["order"] == ["sum_then_divide", "divide_then_sum"]
+
+
+@pytest.mark.parametrize("k, dtype, accumulator, order", [
+    (1, "float16", "param", "sum_then_divide"), (64, "bfloat16", "kahan", "divide_then_sum"),
+    (1024, "float16", "float32", "divide_then_sum"), (256, "bfloat16", "param",
+                                                       "sum_then_divide")])
+def test_precision_case_is_what_minigrad_precision_prints(grids, k, dtype, accumulator, order):
+    data = grids["precision"]
+    index = [c["values"].index(v) for c, v in zip(data["controls"],
+                                                  (k, dtype, accumulator, order))]
+    row = precision.measure(k, accumulator, order, dtype)
+    case = data["cases"]["|".join(map(str, index))]
+    assert case == {name: row[name] for name in case}
+    assert set(case) == {"relative_error", "bound_ratio", "model", "flushed"}
+
+
+def test_precision_grid_is_within_its_bound(grids):
+    for values, case in cases(grids["precision"]):
+        if case["bound_ratio"] is not None:
+            assert case["bound_ratio"] <= 1.0, values
+        if values["order"] == "sum_then_divide":
+            assert case["flushed"] == 0.0, values

@@ -247,6 +247,65 @@ def test_floating_point_explorer_shows_its_cases(page, server, site):  # noqa: F
     walk(page, selector, data, {"dtype": [1, 0], "micro": [0, 31]}, check)
 
 
+def optional(cell, value, reason):
+    """A number shown exactly, or (``None``: none was computed) the reason in words."""
+    if value is None:
+        assert cell == [reason, None]
+    else:
+        shown(cell, value)
+
+
+def test_contrastive_explorer_shows_its_cases(page, server, site):  # noqa: F811
+    data, selector = open_explorer(page, server, site, "concepts/contrastive/", "contrastive")
+    shoot(page, selector, "contrastive")
+    strategies, ms = (data["controls"][i]["values"] for i in (0, 1))
+
+    def check(index):
+        c = case(data, index)
+        traces = figure(page, selector)
+        assert len(traces) == 2 * len(strategies)
+        assert all(t["x"] == ms for t in traces)
+        for s in range(len(strategies)):
+            along = [case(data, {**index, "strategy": s, "micro": j}) for j in range(len(ms))]
+            assert traces[2 * s]["y"] == logged([a["rel_error"] for a in along])
+            assert traces[2 * s + 1]["y"] == [a["negatives"] for a in along]
+        note = page.locator(f"{selector} .explorer-main .explorer-note").inner_text()
+        assert note == "Micro-batches of " + ", ".join(map(str, c["sizes"])) + " pairs."
+        rows = tables(page, selector)[0]
+        for name in ("negatives", "rel_error", "cosine"):
+            shown(rows[name][1], c[name])
+        optional(rows["bound_ratio"][1], c["bound_ratio"], "no finite ratio")
+
+    walk(page, selector, data, {"strategy": [0, 2], "micro": [0, 5], "batch": [0, 2]}, check)
+
+
+def test_precision_explorer_shows_its_cases(page, server, site):  # noqa: F811
+    data, selector = open_explorer(page, server, site, "concepts/mixed-precision/",
+                                   "precision")
+    ks = data["controls"][0]["values"]
+    accumulators = data["controls"][2]["values"]
+
+    def check(index):
+        c = case(data, index)
+        traces = figure(page, selector)
+        assert len(traces) == len(accumulators) + (c["model"] is not None)
+        assert all(t["x"] == ks for t in traces)
+        for a, trace in enumerate(traces[:len(accumulators)]):
+            along = [case(data, {**index, "k": j, "accumulate": a}) for j in range(len(ks))]
+            assert trace["y"] == logged([r["relative_error"] for r in along])
+        if c["model"] is not None:
+            along = [case(data, {**index, "k": j}) for j in range(len(ks))]
+            assert traces[-1]["y"] == [r["model"] for r in along]
+        rows = tables(page, selector)[0]
+        optional(rows["relative_error"][1], c["relative_error"], "overflow")
+        optional(rows["bound_ratio"][1], c["bound_ratio"], "no bound")
+        optional(rows["model"][1], c["model"], "not modelled (Kahan)")
+        shown(rows["flushed"][1], c["flushed"])
+
+    walk(page, selector, data, {"k": [0, 5], "dtype": [1, 0], "accumulate": [2, 1],
+                                "order": [1, 0]}, check)
+
+
 # ----- the memory planner: the page's formula against theoretical_peak ---------------------
 def library_peaks(widths, n, optimizer, dtype, loss):
     """theoretical_peak for every micro-batch size 1..n, and the parameters' bytes."""
