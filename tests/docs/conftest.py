@@ -77,3 +77,23 @@ def page(browser, requests):
     yield tab
     context.close()
     assert not errors, f"JavaScript errors: {errors}"
+
+
+@pytest.fixture
+def plotly_page(browser, server):
+    """A tab for a page drawn with plotly.js: it records every request and every console
+    error or uncaught exception, and fails the test on either, on a request that leaves
+    127.0.0.1, or if the site's own plotly.js was never loaded."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  color_scheme="light")
+    requests, errors = [], []
+    context.on("request", lambda request: requests.append(request.url))
+    tab = context.new_page()
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    yield tab
+    context.close()
+    assert not errors, f"console errors: {errors}"
+    foreign = [url for url in requests if not url.startswith((server, "data:", "blob:"))]
+    assert not foreign, f"requests left 127.0.0.1: {foreign}"
+    assert any(url.endswith("assets/plotly/plotly.min.js") for url in requests)

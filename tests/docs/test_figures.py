@@ -69,21 +69,9 @@ def test_the_hook_refuses_a_figure_without_its_png():
 
 # ----- the site, in a browser ------------------------------------------------------------
 @pytest.fixture
-def page(browser, server):  # noqa: F811
-    """A tab that records every request and every console error or uncaught exception."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                  color_scheme="light")
-    requests, errors = [], []
-    context.on("request", lambda request: requests.append(request.url))
-    tab = context.new_page()
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    yield tab
-    context.close()
-    assert not errors, f"console errors: {errors}"
-    foreign = [url for url in requests if not url.startswith((server, "data:", "blob:"))]
-    assert not foreign, f"requests left 127.0.0.1: {foreign}"
-    assert any(url.endswith("assets/plotly/plotly.min.js") for url in requests)
+def page(plotly_page):
+    """The session's tab for pages drawn with plotly.js (``conftest.plotly_page``)."""
+    return plotly_page
 
 
 def _expected(figure):
