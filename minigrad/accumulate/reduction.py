@@ -53,13 +53,22 @@ class OneProcess:
 
 class Gradients(OneProcess):
     """One process, and no update: keeps the window's gradient, divided once as ``normalize``
-    says, in ``grads`` (``accumulated_gradients``)."""
+    says, in ``grads``, and gives the parameters back their ``.grad`` of ``before``
+    (``accumulated_gradients``). Done inside the driver's guard, so an interrupt leaves the
+    state before the call or after it."""
 
-    grads = None
+    def __init__(self, before):
+        self.before, self.grads = before, None
 
     def update(self, acc):
-        self.grads = acc.gradients()
-        return acc.pending_loss_sum / acc.pending_items if acc.pending_items else float("nan")
+        grads = acc.gradients()
+        mean_loss = acc.pending_loss_sum / acc.pending_items if acc.pending_items \
+            else float("nan")
+        acc.discard()
+        for p, g in zip(acc.params, self.before):
+            p.grad = g
+        self.grads = grads
+        return mean_loss
 
 
 METHODS = ("start", "check", "begin", "gather", "update", "skip", "abort")

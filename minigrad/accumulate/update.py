@@ -87,14 +87,8 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
     acc, run, x, y, split = _prepare(model, loss_fn, None, x, y, micro_batch_size,
                                      num_micro_batches, sizes, strategy, normalize=normalize,
                                      step_index=step_index)
-    kept, saved = reductions.Gradients(), acc.snapshot()
-    try:
-        run_window(acc, run, parts(x, y, split), kept)  # a non-finite loss raises
-        for p, g in zip(acc.params, saved.grads):  # .grad as they were; the statistics moved
-            p.grad = g
-    except BaseException:
-        acc.restore(saved)
-        raise
+    kept = reductions.Gradients([p.grad for p in acc.params])  # .grad is given back
+    run_window(acc, run, parts(x, y, split), kept)  # a non-finite loss raises
     return dict(zip((name for name, _ in model.named_parameters()), kept.grads))
 
 
