@@ -1,6 +1,9 @@
 """Small helpers shared by several test modules (conftest.py puts this folder on sys.path)."""
 
+import contextlib
+import io
 import pickle
+import re
 
 import numpy as np
 
@@ -104,3 +107,33 @@ class OneRank:
 
     def Bcast(self, buffer, root=0):  # noqa: N802
         pass
+
+
+FENCE = re.compile(r"^```python exec=\"on\"(?P<options>[^\n]*)\n(?P<code>.*?)^```\s*$",
+                   re.MULTILINE | re.DOTALL)
+"""A markdown-exec block of a site page (```python exec="on" ...)."""
+
+
+def exec_page(path):
+    """Run the exec blocks of the page at ``path`` as the site build does (blocks of one
+    ``session`` share their names): ``(outputs, sessions)``, what each block printed and
+    session name -> the names it defined (a block without a session gets its own scope)."""
+    sessions, outputs = {}, []
+    for match in FENCE.finditer(path.read_text()):
+        session = re.search(r'session="([^"]+)"', match["options"])
+        scope = sessions.setdefault(session[1], {}) if session else {}
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            exec(compile(match["code"], path.name, "exec"), scope)
+        outputs.append(buffer.getvalue())
+    return outputs, sessions
+
+
+def minigrad_check(argv):
+    """Parse ``minigrad check ARGV`` as the ``minigrad`` parser does and run it: the status."""
+    from minigrad.apps import check_command, cli
+
+    parser = cli._Parser(prog="minigrad")
+    check_command.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["check", *argv])
+    return args.run(args)

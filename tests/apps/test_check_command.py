@@ -10,19 +10,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers import minigrad_check
 
 from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS
-from minigrad.apps import check_command, cli
 
 SMALL = ["--sizes", "3,6,4", "--global-batch", "10", "--steps", "3"]
-
-
-def minigrad_check(argv):
-    """Parse ``minigrad check ARGV`` as the ``minigrad`` parser does and run it: the status."""
-    parser = cli._Parser(prog="minigrad")
-    check_command.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["check", *argv])
-    return args.run(args)
 
 
 def test_an_equivalent_set_up_exits_0_with_a_row_per_update(capsys):

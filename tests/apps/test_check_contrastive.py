@@ -8,21 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from helpers import minigrad_check
 
 from minigrad.analysis.contrastive_check import EQUIVALENT, NOT_EQUIVALENT, REASONS
-from minigrad.apps import check_command, cli
 
 pytest.importorskip("sklearn", reason="the paired digits need scikit-learn")
 
 SHORT = ["--loss", "contrastive", "--steps", "3", "--global-batch", "24"]
-
-
-def minigrad_check(argv):
-    """Parse ``minigrad check ARGV`` as the ``minigrad`` parser does and run it: the status."""
-    parser = cli._Parser(prog="minigrad")
-    check_command.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["check", *argv])
-    return args.run(args)
 
 
 def test_gradcache_exits_0_with_a_row_per_update(capsys):

@@ -9,21 +9,18 @@ notebook must compute every experiment's verdict rather than type it.
 """
 
 import ast
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
+from helpers import FENCE, exec_page
 
 from minigrad.analysis import claims
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "claims.md"
 NOTEBOOK = ROOT / "notebooks" / "08_the_articles_tested.ipynb"
-FENCE = re.compile(r"^```python exec=\"on\"(?P<options>[^\n]*)\n(?P<code>.*?)^```\s*$",
-                   re.MULTILINE | re.DOTALL)
 _RUN = {}
 
 
@@ -31,14 +28,10 @@ def run_page():
     """(outputs of the exec blocks, the names their session defined), run once."""
     if not _RUN:
         pytest.importorskip("nbclient", reason="the `notebooks` extra is not installed")
-        scope, outputs = {}, []
-        for match in FENCE.finditer(PAGE.read_text()):
-            assert 'session="claims"' in match["options"], "every block shares one session"
-            buffer = io.StringIO()
-            with contextlib.redirect_stdout(buffer):
-                exec(compile(match["code"], "claims.md", "exec"), scope)
-            outputs.append(buffer.getvalue())
-        _RUN.update(outputs=outputs, scope=scope)
+        assert all('session="claims"' in m["options"] for m in FENCE.finditer(
+            PAGE.read_text())), "every block shares one session"
+        outputs, sessions = exec_page(PAGE)
+        _RUN.update(outputs=outputs, scope=sessions["claims"])
     return _RUN["outputs"], _RUN["scope"]
 
 

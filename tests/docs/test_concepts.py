@@ -8,21 +8,18 @@ claims a page makes in words ("the item-weighted column stays at rounding level"
 checked against the tables it printed.
 """
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import exec_page
 
 from minigrad import optim
 from minigrad.analysis import bounds, norm_training, trajectory
 
 CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts"
 PAGES = sorted(p.stem for p in CONCEPTS.glob("*.md"))
-FENCE = re.compile(r"^```python exec=\"on\"(?P<options>[^\n]*)\n(?P<code>.*?)^```\s*$",
-                   re.MULTILINE | re.DOTALL)
 # A value printed as d.de+-x is within 0.05e+-x of the value, so at most 5% above it.
 PRINTED = 1.05
 _RUNS, _SCOPES = {}, {}
@@ -31,15 +28,7 @@ _RUNS, _SCOPES = {}, {}
 def run_page(name):
     """``[output of each exec block]`` of page ``name``, run once per test session."""
     if name not in _RUNS:
-        sessions, outputs = {}, []
-        for match in FENCE.finditer((CONCEPTS / f"{name}.md").read_text()):
-            session = re.search(r'session="([^"]+)"', match["options"])
-            scope = sessions.setdefault(session[1], {}) if session else {}
-            buffer = io.StringIO()
-            with contextlib.redirect_stdout(buffer):
-                exec(compile(match["code"], f"{name}.md", "exec"), scope)
-            outputs.append(buffer.getvalue())
-        _RUNS[name], _SCOPES[name] = outputs, sessions
+        _RUNS[name], _SCOPES[name] = exec_page(CONCEPTS / f"{name}.md")
     return _RUNS[name]
 
 

@@ -5,18 +5,15 @@ The blocks are executed the way markdown-exec runs them at build time (blocks of
 ``session`` share their names), as tests/docs/test_concepts.py does for the concept pages.
 """
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
 import numpy as np
+from helpers import FENCE, exec_page
 
 from minigrad.analysis import bounds
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "frameworks.md"
-FENCE = re.compile(r"^```python exec=\"on\"(?P<options>[^\n]*)\n(?P<code>.*?)^```\s*$",
-                   re.MULTILINE | re.DOTALL)
 U = 2.0**-53
 _RUN = {}
 
@@ -24,14 +21,9 @@ _RUN = {}
 def run():
     """(outputs of the blocks, the session's names), run once per test session."""
     if not _RUN:
-        scope, outputs = {}, []
-        for match in FENCE.finditer(PAGE.read_text()):
-            assert 'session="fw"' in match["options"]
-            buffer = io.StringIO()
-            with contextlib.redirect_stdout(buffer):
-                exec(compile(match["code"], "frameworks.md", "exec"), scope)
-            outputs.append(buffer.getvalue())
-        _RUN.update(outputs=outputs, scope=scope)
+        assert all('session="fw"' in m["options"] for m in FENCE.finditer(PAGE.read_text()))
+        outputs, sessions = exec_page(PAGE)
+        _RUN.update(outputs=outputs, scope=sessions["fw"])
     return _RUN["outputs"], _RUN["scope"]
 
 
