@@ -97,10 +97,37 @@ def backward(root, gradient, retain_graph=False):
     the walk, from the loss back to the inputs, and the peak is not "all activations plus
     all gradients". A second backward through a freed node raises ``RuntimeError``.
     """
+    leaves = _walk(root, gradient, topological_order(root), retain_graph)
+    for leaf, g in leaves:
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+
+
+def gradients(root, gradient, inputs):
+    """d(root)/d(input) . gradient for each of ``inputs`` (``None`` where none reaches it),
+    as ``torch.autograd.grad``: no ``.grad`` is written, and the graph is freed as
+    ``backward`` frees it. ``inputs`` are leaves (Parameters, detached copies); the walk
+    is the one ``backward`` does, so each gradient has the same bits as the ``.grad`` that
+    ``backward`` would add. ``RuntimeError``, before anything is walked, if the graph
+    reaches a leaf that requires grad and is not among ``inputs``: its gradient would be
+    lost (``nn.Recompute`` relies on this to refuse a block that uses an outside tensor).
+    """
+    order = topological_order(root)
+    wanted = {id(t) for t in inputs}
+    stray = [node for node in order if node._backward is None and id(node) not in wanted]
+    if stray:
+        raise RuntimeError(f"the graph reaches {len(stray)} tensor(s) that require grad but "
+                           f"are not among the inputs, e.g. one of shape {stray[0].shape}; "
+                           "pass every such tensor as an input")
+    found = {id(leaf): g for leaf, g in _walk(root, gradient, order, retain_graph=False)}
+    return [found.get(id(t)) for t in inputs]
+
+
+def _walk(root, gradient, order, retain_graph):
+    """The reverse walk over ``order`` (``topological_order(root)``): ``[(leaf, gradient)]``
+    in the order the leaves are reached, nothing written."""
     xp = root.xp
     grads = {id(root): gradient}
     leaves = []
-    order = topological_order(root)
     while order:
         node = order.pop()  # popping drops the walk's own reference to the node
         g = grads.pop(id(node), None)
@@ -128,8 +155,7 @@ def backward(root, gradient, retain_graph=False):
             key = id(parent)
             grads[key] = pg if key not in grads else grads[key] + pg
         del node, g, grads_in, parents, rule
-    for leaf, g in leaves:
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+    return leaves
 
 
 def _freed(g):

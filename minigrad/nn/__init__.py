@@ -9,9 +9,11 @@ from minigrad.nn.loss import CrossEntropyLoss, MSELoss
 from minigrad.nn.mlp import MLP
 from minigrad.nn.module import Module
 from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
+from minigrad.nn.recompute import Recompute, recompute
 
 __all__ = [
     "BatchNorm1d", "CrossEntropyLoss", "Dropout", "DualEncoder", "GELU", "GroupNorm", "Identity",
     "InfoNCELoss", "LayerNorm", "Linear", "MLP", "MSELoss", "Module", "Parameter", "ReLU",
-    "Sequential", "Sigmoid", "Tanh", "dropout_keys", "functional", "info_nce", "pairs",
+    "Recompute", "Sequential", "Sigmoid", "Tanh", "dropout_keys", "functional", "info_nce",
+    "pairs", "recompute",
 ]

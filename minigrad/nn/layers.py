@@ -7,6 +7,7 @@ from minigrad.engine.functions import linear
 from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
+from minigrad.nn.recompute import recompute
 
 
 class Linear(Module):
@@ -91,7 +92,12 @@ class Identity(Module):
 
 
 class Sequential(Module):
-    """Modules applied in order; children are named ``"0"``, ``"1"``, ... like PyTorch."""
+    """Modules applied in order; children are named ``"0"``, ``"1"``, ... like PyTorch.
+
+    ``recompute_segments`` (set by ``set_recompute``) lists runs of layers whose forward
+    is recomputed in the backward (``nn.Recompute``), as ``torch.utils.checkpoint``'s
+    ``checkpoint_sequential``: the children, their names and the update stay the same.
+    """
 
     def __init__(self, *modules):
         super().__init__()
@@ -100,6 +106,7 @@ class Sequential(Module):
                 raise TypeError(f"Sequential takes Modules, argument {i} is "
                                 f"{type(module).__name__}")
             setattr(self, str(i), module)
+        self.recompute_segments = ()
 
     def __getitem__(self, i):
         modules = list(self._modules.values())
@@ -114,7 +121,45 @@ class Sequential(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
+    def set_recompute(self, segments):
+        """Recompute each ``(start, stop)`` run of layers ``self[start:stop]`` in the backward
+        instead of keeping its activations; ``()`` recomputes nothing. Runs are sorted and
+        do not overlap. Returns ``self``.
+
+        >>> model = Sequential(Identity(), ReLU(), Identity()).set_recompute([(0, 2)])
+        >>> model.recompute_segments
+        ((0, 2),)
+        """
+        if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
+            raise TypeError(f"segments must be (start, stop) pairs, got {segments!r}")
+        checked, end = [], 0
+        for pair in segments:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"segments must be (start, stop) pairs, got {pair!r} in "
+                                f"{segments!r}")
+            start = validate.integer("segment start", pair[0], low=0)
+            stop = validate.integer("segment stop", pair[1], low=0)
+            if not end <= start < stop <= len(self):
+                raise ValueError(f"segments must be sorted, non-overlapping runs with 0 <= "
+                                 f"start < stop <= {len(self)} (the layers), got {pair!r} in "
+                                 f"{list(segments)!r}")
+            checked.append((start, stop))
+            end = stop
+        self.recompute_segments = tuple(checked)
+        return self
+
     def forward(self, x):
-        for module in self._modules.values():
+        segments = self.recompute_segments
+        if not segments:
+            for module in self._modules.values():
+                x = module(x)
+            return x
+        layers, done = list(self._modules.values()), 0
+        for start, stop in segments:
+            for module in layers[done:start]:
+                x = module(x)
+            x = recompute(Sequential(*layers[start:stop]), x)
+            done = stop
+        for module in layers[done:]:
             x = module(x)
         return x

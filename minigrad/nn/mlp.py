@@ -20,7 +20,8 @@ class MLP(Sequential):
     Children are numbered like a ``torch.nn.Sequential`` built the same way, so parameter
     names ("0.weight", "0.bias", "1.weight", ...) line up with torch's. ``num_groups`` is
     the GroupNorm's group count (default: ``default_groups`` of the width) and is unused by
-    the other norms, so one factory can build every variant.
+    the other norms, so one factory can build every variant. ``recompute``: the hidden
+    layers whose forward is recomputed in the backward (``blocks``, ``set_recompute``).
 
     >>> model = MLP([2, 8, 3], seed=0)
     >>> [name for name, _ in model.named_parameters()]
@@ -28,7 +29,7 @@ class MLP(Sequential):
     """
 
     def __init__(self, sizes, activation="relu", norm=None, dropout=0.0, seed=0,
-                 dtype="float64", xp=None, device=None, num_groups=None):
+                 dtype="float64", xp=None, device=None, num_groups=None, recompute=None):
         if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
             raise TypeError(f"sizes must list at least 2 positive ints, got {sizes!r}")
         sizes = [validate.positive_int(f"sizes[{i}]", s) for i, s in enumerate(sizes)]
@@ -41,8 +42,9 @@ class MLP(Sequential):
         generator = backend.rng(seed)
         dropout_seed = int(generator.integers(2**62))
         make = dict(dtype=dtype, xp=xp, device=device)
-        layers = []
+        layers, blocks = [], []
         for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            start = len(layers)
             layers.append(Linear(n_in, n_out, generator=generator, **make))
             if i == len(sizes) - 2:
                 break
@@ -55,5 +57,29 @@ class MLP(Sequential):
             layers.append(ACTIVATIONS[activation]())
             if dropout > 0.0:
                 layers.append(Dropout(dropout, seed=dropout_seed + i))
+            blocks.append((start, len(layers)))
         super().__init__(*layers)
-        self.sizes = tuple(sizes)
+        self.sizes, self.block_layers = tuple(sizes), tuple(blocks)
+        self.set_recompute(self.blocks(recompute))
+
+    def blocks(self, which="all"):
+        """The ``(start, stop)`` layer runs of hidden layers ``which``: ``"all"``, ``None``
+        or ``"none"`` (no run), or hidden-layer indices (0 is the first hidden layer). A
+        hidden layer's run is its Linear, norm, activation and dropout; pass the result to
+        ``set_recompute``.
+
+        >>> MLP([2, 8, 8, 3], norm="layer").blocks([1])
+        ((4, 8),)
+        """
+        if which is None or isinstance(which, str):
+            validate.choice("which", which, (None, "none", "all"))
+            return self.block_layers if which == "all" else ()
+        if not hasattr(which, "__iter__"):
+            raise TypeError(f"which must be 'all', 'none', None or hidden-layer indices, got "
+                            f"{which!r}")
+        count = len(self.block_layers)
+        chosen = sorted({validate.integer("hidden layer", i, low=0, high=max(count - 1, 0))
+                         for i in which})
+        if chosen and count == 0:
+            raise ValueError(f"MLP{list(self.sizes)} has no hidden layer to recompute")
+        return tuple(self.block_layers[i] for i in chosen)

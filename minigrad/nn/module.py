@@ -92,7 +92,10 @@ class Module:
 
     # ----- traversal -------------------------------------------------------------------
     def named_modules(self, prefix=""):
-        """``(dotted name, module)`` for this module and every descendant, depth first."""
+        """``(dotted name, module)`` for this module and every descendant, depth first.
+
+        A child registered under the empty name (``nn.Recompute`` registers the module it
+        wraps so) has its parent's name: wrapping changes no parameter's name."""
         stack = [(prefix, self)]
         seen = set()
         while stack:
@@ -103,7 +106,9 @@ class Module:
             yield name, module
             children = list(module._modules.items())
             for child_name, child in reversed(children):
-                stack.append((f"{name}.{child_name}" if name else child_name, child))
+                # A child registered under "" (nn.Recompute's) adds nothing to the names.
+                joined = f"{name}.{child_name}" if name and child_name else name or child_name
+                stack.append((joined, child))
 
     def children(self):
         return iter(self._modules.values())

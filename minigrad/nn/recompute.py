@@ -1,0 +1,154 @@
+"""Recomputation (activation checkpointing): drop a block's saved arrays, redo its forward
+in the backward.
+
+``Recompute(module)`` runs ``module``'s forward without recording its graph, so none of
+the arrays the block's primitives would save (its activations) stays alive; its one node
+keeps the block's inputs and parameters. When the backward reaches that node, the forward
+runs again, now recording, and the walk goes back through it. This is PyTorch's
+``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, with three differences
+that make the recomputed forward the SAME computation as the first:
+
+* **the state it reads is put back**: every module's training flag, each ``Dropout``'s
+  call count, the dropout keys (``dropout_keys``) and the buffers are those of the first
+  forward while the block is recomputed. minigrad's dropout masks are keyed by (seed,
+  step, sample index), not drawn from a generator whose state moved on, so the masks are
+  the first forward's by construction, inside accumulation windows or not;
+* **running statistics move once**: the buffers (BatchNorm's running mean and variance,
+  and its batch count) are put back to what they were before the recomputation when it
+  ends. PyTorch updates them a second time during the recomputation (its checkpoint
+  re-runs ``BatchNorm``'s forward in training mode); minigrad chooses the statistics of
+  training without recomputation, so that recomputing changes nothing but memory and time;
+* **gradients come out of the same operations in the same order**: the recomputed block
+  is walked by the engine's own walk (``minigrad.engine.graph.gradients``), so every
+  parameter's gradient has the bits it has without recomputation (for a parameter used
+  inside one block only; one also used outside it gets its two parts added in another
+  order).
+
+A block whose forward reads state that these do not cover (a random generator of its own,
+say) gets a different forward the second time, and so a wrong gradient with no error, as
+in any framework; ``Recompute(module, check=True)`` compares the recomputed output with
+the first, bit for bit, and raises. The block's tensors must come in as its arguments or
+be its parameters: a tensor that requires grad and reaches the block another way raises
+``RuntimeError`` at the backward instead of losing its gradient.
+
+>>> import numpy as np
+>>> from minigrad import Tensor, nn
+>>> block = nn.Recompute(nn.Sequential(nn.Linear(3, 4), nn.ReLU()))
+>>> [name for name, _ in block.named_parameters()]  # the wrapped module's names
+['0.weight', '0.bias']
+>>> block(Tensor(np.ones((2, 3)))).sum().backward()
+>>> block.module[0].weight.grad.shape
+(4, 3)
+"""
+
+from minigrad.engine import graph, validate
+from minigrad.engine.tensor import Tensor, primitive
+from minigrad.nn import dropout
+from minigrad.nn.module import Module
+
+
+class Recompute(Module):
+    """``module``, with its forward recomputed in the backward instead of its activations
+    kept (see this module's text). Parameters and buffers keep ``module``'s names and order;
+    the wrapped module is ``.module``. ``check=True``: the backward raises ``RuntimeError``
+    if the recomputed output differs from the first forward's in any bit."""
+
+    def __init__(self, module, *, check=False):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"Recompute wraps an nn.Module, got {type(module).__name__}")
+        # Registered under the empty name: names pass through (see Module.named_modules).
+        self._modules[""] = module
+        self.check = validate.boolean("check", check)
+
+    @property
+    def module(self):
+        return self._modules[""]
+
+    def forward(self, *args, **kwargs):
+        return recompute(self.module, *args, check=self.check, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("")
+            if inner is None:
+                raise
+            return getattr(inner, name)
+
+    def __repr__(self):
+        return "Recompute(\n  " + repr(self.module).replace("\n", "\n  ") + "\n)"
+
+
+def recompute(module, *args, check=False, **kwargs):
+    """``module(*args, **kwargs)`` as one node whose backward recomputes it (``Recompute``).
+
+    Where nothing records a graph (``no_grad``, or no argument nor parameter requires
+    grad), this is the plain call. The output must be one Tensor.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
+    if not graph.is_grad_enabled() or not (inputs or params):
+        return module(*args, **kwargs)
+    first = _State(module)
+    with graph.no_grad():
+        out = module(*args, **kwargs)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"Recompute needs a module that returns one Tensor; "
+                        f"{type(module).__name__} returned {type(out).__name__}")
+    data = out.data
+
+    def backward(g):
+        copies = [Tensor(a.data, requires_grad=a.requires_grad) if isinstance(a, Tensor)
+                  else a for a in args]
+        now = _State(module)
+        try:
+            first.restore()
+            graph.set_grad_enabled(True)
+            again = module(*copies, **kwargs)
+        finally:
+            now.restore()
+        _check_same(module, data, again, check)
+        wrt = [c for c in copies if isinstance(c, Tensor) and c.requires_grad] + params
+        grads = graph.gradients(again, g, wrt)
+        return grads[0] if len(grads) == 1 else tuple(grads)
+
+    return primitive(data, (*inputs, *params), backward)
+
+
+def _check_same(module, data, again, check):
+    """The recomputed output against the first: the same shape and dtype always, the same
+    bits under ``check``."""
+    name = type(module).__name__
+    if not isinstance(again, Tensor) or again.shape != tuple(data.shape) or \
+            again.dtype != data.dtype:
+        raise RuntimeError(f"Recompute: the recomputed forward of {name} returned "
+                           f"{getattr(again, 'shape', type(again).__name__)} where the first "
+                           f"returned shape {tuple(data.shape)} ({data.dtype})")
+    if check and not bool(again.xp.all(again.data == data)):
+        raise RuntimeError(f"Recompute(check=True): the recomputed forward of {name} differs "
+                           "from the first; it reads state that recomputation does not put "
+                           "back (a random generator of its own?), so its gradient would be "
+                           "wrong")
+
+
+class _State:
+    """What a forward reads besides its arguments and parameters: every module's training
+    flag and buffers, each Dropout's call count, the dropout keys and the grad mode."""
+
+    def __init__(self, module):
+        self.modules = [(m, m.training, dict(m._buffers), getattr(m, "calls", None)
+                         if isinstance(m, dropout.Dropout) else None)
+                        for _, m in module.named_modules()]
+        self.keys = dropout.current_keys()
+        self.grad_enabled = graph.is_grad_enabled()
+
+    def restore(self):
+        for m, training, buffers, calls in self.modules:
+            object.__setattr__(m, "training", training)
+            m._buffers.update(buffers)
+            if calls is not None:
+                m.calls = calls
+        dropout.set_keys(self.keys)
+        graph.set_grad_enabled(self.grad_enabled)
