@@ -97,7 +97,7 @@ def backward(root, gradient, retain_graph=False):
     the walk, from the loss back to the inputs, and the peak is not "all activations plus
     all gradients". A second backward through a freed node raises ``RuntimeError``.
     """
-    leaves = _walk(root, gradient, topological_order(root), retain_graph)
+    leaves = _walk(topological_order(root), gradient, retain_graph)
     for leaf, g in leaves:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
@@ -110,23 +110,31 @@ def gradients(root, gradient, inputs):
     ``backward`` would add. ``RuntimeError``, before anything is walked, if the graph
     reaches a leaf that requires grad and is not among ``inputs``: its gradient would be
     lost (``nn.Recompute`` relies on this to refuse a block that uses an outside tensor).
+
+    ``root`` may also be given as its ``topological_order(root)``, which the walk empties:
+    a caller that keeps no other reference to the root then frees its array during the
+    walk, as ``backward`` frees every other node's (``nn.Recompute`` does so).
     """
-    order = topological_order(root)
+    order = root if isinstance(root, list) else topological_order(root)
     wanted = {id(t) for t in inputs}
     stray = [node for node in order if node._backward is None and id(node) not in wanted]
     if stray:
         raise RuntimeError(f"the graph reaches {len(stray)} tensor(s) that require grad but "
                            f"are not among the inputs, e.g. one of shape {stray[0].shape}; "
                            "pass every such tensor as an input")
-    found = {id(leaf): g for leaf, g in _walk(root, gradient, order, retain_graph=False)}
+    del stray
+    found = {id(leaf): g for leaf, g in _walk(order, gradient, retain_graph=False)}
     return [found.get(id(t)) for t in inputs]
 
 
-def _walk(root, gradient, order, retain_graph):
-    """The reverse walk over ``order`` (``topological_order(root)``): ``[(leaf, gradient)]``
-    in the order the leaves are reached, nothing written."""
+def _walk(order, gradient, retain_graph):
+    """The reverse walk over ``order`` (``topological_order(root)``, the root last), seeded
+    with ``gradient`` at the root: ``[(leaf, gradient)]`` in the order the leaves are
+    reached, nothing written. ``order`` is emptied as the walk goes."""
+    root = order[-1]
     xp = root.xp
     grads = {id(root): gradient}
+    del root
     leaves = []
     while order:
         node = order.pop()  # popping drops the walk's own reference to the node

@@ -97,7 +97,8 @@ def recompute(module, *args, check=False, **kwargs):
     if not isinstance(out, Tensor):
         raise TypeError(f"Recompute needs a module that returns one Tensor; "
                         f"{type(module).__name__} returned {type(out).__name__}")
-    data = out.data
+    data, shape, dtype = out.data, out.shape, out.dtype
+    expected = data if check else None  # the first output, kept for the bitwise check only
 
     def backward(g):
         copies = [Tensor(a.data, requires_grad=a.requires_grad) if isinstance(a, Tensor)
@@ -109,24 +110,27 @@ def recompute(module, *args, check=False, **kwargs):
             again = module(*copies, **kwargs)
         finally:
             now.restore()
-        _check_same(module, data, again, check)
+        _check_same(module, again, shape, dtype, expected)
         wrt = [c for c in copies if isinstance(c, Tensor) and c.requires_grad] + params
-        grads = graph.gradients(again, g, wrt)
+        # Handed over as its order, with no other reference kept: the walk frees the
+        # recomputed output as soon as its node is done, like every other activation.
+        order = graph.topological_order(again)
+        del again, copies
+        grads = graph.gradients(order, g, wrt)
         return grads[0] if len(grads) == 1 else tuple(grads)
 
     return primitive(data, (*inputs, *params), backward)
 
 
-def _check_same(module, data, again, check):
+def _check_same(module, again, shape, dtype, expected):
     """The recomputed output against the first: the same shape and dtype always, the same
-    bits under ``check``."""
+    bits when ``expected`` (the first output, kept under ``check=True``) is given."""
     name = type(module).__name__
-    if not isinstance(again, Tensor) or again.shape != tuple(data.shape) or \
-            again.dtype != data.dtype:
+    if not isinstance(again, Tensor) or again.shape != shape or again.dtype != dtype:
         raise RuntimeError(f"Recompute: the recomputed forward of {name} returned "
                            f"{getattr(again, 'shape', type(again).__name__)} where the first "
-                           f"returned shape {tuple(data.shape)} ({data.dtype})")
-    if check and not bool(again.xp.all(again.data == data)):
+                           f"returned shape {shape} ({dtype})")
+    if expected is not None and not bool(again.xp.all(again.data == expected)):
         raise RuntimeError(f"Recompute(check=True): the recomputed forward of {name} differs "
                            "from the first; it reads state that recomputation does not put "
                            "back (a random generator of its own?), so its gradient would be "
