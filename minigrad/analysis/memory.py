@@ -180,11 +180,7 @@ def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
     (464, 928)
     """
     x, y = check_update(model, optimizer, x, y)
-    # Modules (array namespaces, update rules) are code: shared by the copy, not copied.
-    holders = (*model.parameters(), *(m for _, m in model.named_modules()), optimizer)
-    shared = {id(v): v for obj in holders for v in vars(obj).values()
-              if isinstance(v, types.ModuleType)}
-    model_copy, optimizer_copy = copy.deepcopy((model, optimizer), shared)
+    model_copy, optimizer_copy = copy_update(model, optimizer)
     split = dict(micro_batch_size=micro_batch_size, num_micro_batches=num_micro_batches,
                  sizes=sizes, normalize=normalize, strategy=strategy)
     _, peak = peak_bytes(step, model_copy, loss_fn, optimizer_copy, x, y, **split)
@@ -198,6 +194,16 @@ def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
             "optimizer_state": state, "activations": max(0, peak - 2 * parameters - state),
             "theory": theoretical_peak(model, loss_fn, optimizer, x, sizes) if covered
             else None}
+
+
+def copy_update(model, optimizer):
+    """``copy.deepcopy((model, optimizer))``, one copy, so the copied optimizer holds the
+    copied parameters; modules (array namespaces, update rules) are code, shared by the
+    copy, not copied."""
+    holders = (*model.parameters(), *(m for _, m in model.named_modules()), optimizer)
+    shared = {id(v): v for obj in holders for v in vars(obj).values()
+              if isinstance(v, types.ModuleType)}
+    return copy.deepcopy((model, optimizer), shared)
 
 
 def theoretical_peak(model, loss_fn, optimizer, x, sizes):
@@ -258,16 +264,52 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     grads = [layer.weight.data.nbytes + layer.bias.data.nbytes for layer in linears]
     total = sum(grads)
     head = _HEAD_ARRAYS[type(as_loss(loss_fn))]
+    segment = _recomputed(model)
     peak = _update_peak(optimizer, total)
     for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
-        walk = [n * s * (2 * sum(hidden) + head * classes)]
+        walk = [n * s * (sum(_kept(hidden, segment)) + head * classes)]
         for i, d in enumerate(hidden):
-            below, above = 2 * sum(hidden[:i]), sum(grads[i + 1:])
-            walk.append(n * s * (below + 4 * d + classes) + above)
-            walk.append(n * s * (below + 3 * d + 2 * widths[i + 1] + classes) + above)
+            above = sum(grads[i + 1:])
+            # ReLU i: in its block's recomputation when recomputed (top: the block's last)
+            alive = _kept(hidden, segment, segment[i])
+            top = segment[i] is not None and i == segment[i][1]
+            walk.append(n * s * (sum(alive[:i]) + 4 * d + classes
+                                 + _held(hidden, segment[i], top)) + above)
+            # Linear i + 1: in the recomputation of the block that holds layer i + 1
+            outer = segment[i + 1] if i + 1 < len(hidden) else None
+            alive = _kept(hidden, segment, outer)
+            walk.append(n * s * (sum(alive[:i + 1]) + d + 2 * widths[i + 1] + classes
+                                 + _held(hidden, outer, False)) + above)
         end = (3 * total if later else total) + n * s * classes
         peak = max(peak, (total if later else 0) + max(walk), end)
     return peak
+
+
+def _recomputed(model):
+    """For each hidden layer of the MLP, the ``(first, last)`` hidden layers of the
+    recomputed run (``Sequential.recompute_segments``) that holds it, or None."""
+    count = (len(model) - 1) // 2
+    segment = [None] * count
+    for start, stop in getattr(model, "recompute_segments", ()):
+        for k in range(start // 2, stop // 2):
+            segment[k] = (start // 2, stop // 2 - 1)
+    return segment
+
+
+def _kept(hidden, segment, now=None):
+    """Values per sample that each hidden layer keeps for the backward: y and relu(y), 2 d;
+    in a recomputed run only the run's output, d (its last layer) or 0; in the run ``now``
+    being recomputed, 2 d again."""
+    return [2 * d if segment[k] is None or segment[k] == now else
+            d if k == segment[k][1] else 0 for k, d in enumerate(hidden)]
+
+
+def _held(hidden, now, top):
+    """Values per sample held beside the walk while the run ``now`` is recomputed: its first
+    output (the outer node's), and, below its last ReLU, the gradient that arrived there."""
+    if now is None:
+        return 0
+    return hidden[now[1]] * (1 if top else 2)
 
 
 def _update_peak(optimizer, total):
@@ -293,6 +335,10 @@ def _not_covered(model, loss_fn, optimizer):
     if len(layers) % 2 == 0 or any(type(m) is not k for m, k in zip(layers, shape)) or \
             any(m.bias is None for m in layers[::2]):
         return "the model is not a Sequential of Linear (with bias), ReLU, ..., Linear"
+    runs = getattr(model, "recompute_segments", ())
+    if any(start % 2 or stop % 2 for start, stop in runs):
+        return (f"a recomputed run {runs} does not start and end at a hidden layer's "
+                "Linear (runs of whole hidden layers, such as MLP.blocks gives)")
     try:
         loss = as_loss(loss_fn)
     except TypeError:

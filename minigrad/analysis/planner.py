@@ -14,12 +14,22 @@ that line to two measured micro-batch sizes and verifies its choice by measuring
 (256000000, 1536, '41.2 MiB')
 """
 
+import copy
+import itertools
 import math
 import re
+import time
 from fractions import Fraction
 
-from minigrad.accumulate import split_sizes
-from minigrad.analysis.memory import check_update, update_memory
+from minigrad import nn
+from minigrad.accumulate import split_sizes, step
+from minigrad.analysis.memory import (
+    _not_covered,
+    check_update,
+    copy_update,
+    theoretical_peak,
+    update_memory,
+)
 from minigrad.engine import validate
 
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
@@ -65,8 +75,13 @@ def format_bytes(size):
     return f"{size} B"
 
 
-def plan(model, loss_fn, optimizer, x, y, budget_bytes):
-    """The largest micro-batch size m (1 <= m <= N) whose one update fits ``budget_bytes``.
+RECOMPUTE = ("none", "all", "auto")
+SHORTLIST = 4  # recompute choices measured by ``recompute="auto"``
+
+
+def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rounds=3):
+    """The largest micro-batch size m (1 <= m <= N) whose one update fits ``budget_bytes``,
+    and, with ``recompute``, which hidden layers of an ``nn.MLP`` to recompute.
 
     1. Probe two small sizes, m1 = min(N, 8) and m2 = min(N, 2 m1), and fit the line
        peak(m) = a + b m through their measured peaks. Where the line's choice lies beyond
@@ -80,13 +95,29 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes):
        smaller second micro-batch than m = N/2), so m is the first fitting size below a
        failing one that this search meets.
 
+    ``recompute``: ``"none"`` keeps every activation; ``"all"`` recomputes every hidden
+    layer of the MLP (``model.blocks("all")``); ``"auto"`` chooses. Recomputation changes
+    memory and time, never the update (``nn.Recompute``), so the choice is the fastest
+    update that fits: for every way of recomputing runs of consecutive hidden layers,
+    ``theoretical_peak`` gives the largest m that fits; of the choices that reach the same
+    m only the one recomputing the fewest multiply-adds stays, and the ``SHORTLIST`` with
+    the largest m are planned as above, measured, and timed (the least of ``rounds``
+    steps, interleaved). Where the theory does not cover the model, "auto" weighs
+    "none" and "all". The model's own ``recompute_segments`` are ignored; the choice is
+    returned, not set.
+
     Each measurement is ``update_memory`` (a step on a copy: the model is untouched).
     Returns ``micro_batch_size``, ``num_micro_batches``, ``predicted_peak`` (a + b m; above
     N/2 the largest micro-batch is the first, with no accumulated sum beside it, and the
     line over-predicts by up to the gradients' bytes), ``measured_peak``, ``budget``, the
-    line's ``a`` and ``b``, and ``runs`` (measured updates). When not even m = 1 fits,
-    ``BudgetTooSmall`` (a ``ValueError``) names the smallest peak measured: a budget that
-    fits.
+    line's ``a`` and ``b``, ``runs`` (measured updates), ``recompute`` (the recomputed runs
+    as ``[first, last]`` hidden-layer pairs) and ``segments`` (the same as layer runs, for
+    ``model.set_recompute``); with ``recompute`` other than "none" also
+    ``seconds_per_update`` and ``candidates``, one record per choice planned (its
+    ``recompute``, ``micro_batch_size``, ``measured_peak``, ``seconds_per_update`` and
+    ``seconds_without_recompute``, the same m timed with nothing recomputed: the time
+    recomputation costs). When not even m = 1 fits, ``BudgetTooSmall`` (a ``ValueError``)
+    names the smallest peak measured: a budget that fits.
 
     >>> import numpy as np
     >>> from minigrad import nn, optim
@@ -99,8 +130,41 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes):
     """
     x, y = check_update(model, optimizer, x, y)
     budget = validate.positive_int("budget_bytes", budget_bytes)
+    validate.choice("recompute", recompute, RECOMPUTE)
+    rounds = validate.positive_int("rounds", rounds)
+    if recompute == "none":
+        return {**_plan_size(model, loss_fn, optimizer, x, y, budget, ()), "recompute": [],
+                "segments": []}
+    if not isinstance(model, nn.MLP) or not model.block_layers:
+        raise TypeError(f"recompute={recompute!r} chooses hidden layers of an nn.MLP with "
+                        f"one or more hidden layers, got {type(model).__name__}; use "
+                        f"recompute='none'")
+    every = [(k, k) for k in range(len(model.block_layers))]
+    choices = [every] if recompute == "all" else \
+        _shortlist(model, loss_fn, optimizer, x, budget)
+    planned, smallest = [], None
+    for runs in choices:
+        try:
+            result = _plan_size(model, loss_fn, optimizer, x, y, budget, _segments(model, runs))
+        except BudgetTooSmall as err:
+            smallest = min(smallest or (err.smallest, err.size), (err.smallest, err.size))
+            continue
+        planned.append({**result, "recompute": [list(r) for r in runs],
+                        "segments": [list(s) for s in _segments(model, runs)]})
+    if not planned:
+        raise BudgetTooSmall(budget, *smallest)
+    _time(model, loss_fn, optimizer, x, y, planned, rounds)
+    best = min(planned, key=lambda r: (r["seconds_per_update"], len(r["segments"])))
+    keys = ("recompute", "micro_batch_size", "measured_peak", "seconds_per_update",
+            "seconds_without_recompute")
+    return {**best, "candidates": [{k: r[k] for k in keys} for r in planned]}
+
+
+def _plan_size(model, loss_fn, optimizer, x, y, budget, segments):
+    """Steps 1 and 2 of ``plan`` with the runs ``segments`` recomputed."""
     n = x.shape[0]
     peaks = {}
+    model, optimizer = _with_segments(model, optimizer, segments)
 
     def peak(m):
         if m not in peaks:
@@ -121,6 +185,103 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes):
     return {"micro_batch_size": m, "num_micro_batches": len(split_sizes(n, micro_batch_size=m)),
             "predicted_peak": round(a + b * m), "measured_peak": peaks[m], "budget": budget,
             "a": a, "b": b, "runs": len(peaks)}
+
+
+def _with_segments(model, optimizer, segments):
+    """``(model, optimizer)`` as they are when ``segments`` equal the model's runs; else
+    copies of both with ``segments`` set (the caller's model is never changed)."""
+    if tuple(getattr(model, "recompute_segments", ())) == tuple(segments):
+        return model, optimizer
+    model, optimizer = copy_update(model, optimizer)
+    model.set_recompute(segments)
+    return model, optimizer
+
+
+def _segments(model, runs):
+    """Hidden-layer runs ``[(first, last), ...]`` as the MLP's layer runs."""
+    return [(model.block_layers[first][0], model.block_layers[last][1])
+            for first, last in runs]
+
+
+def _run_sets(count):
+    """Every set of disjoint runs of consecutive hidden layers among ``count``, as sorted
+    ``[(first, last), ...]``: each layer is kept, starts a run or continues one."""
+    for marks in itertools.product((0, 1, 2), repeat=count):  # kept, starts, continues
+        if any(mark == 2 and (k == 0 or marks[k - 1] == 0) for k, mark in enumerate(marks)):
+            continue
+        runs = []
+        for k, mark in enumerate(marks):
+            if mark == 1:
+                runs.append([k, k])
+            elif mark == 2:
+                runs[-1][1] = k
+        yield [tuple(r) for r in runs]
+
+
+def _shortlist(model, loss_fn, optimizer, x, budget):
+    """``recompute="auto"``'s choices to measure (see ``plan``): by the theory where it
+    covers the model (at most 8 hidden layers: 3^8 marks), else nothing and everything."""
+    count = len(model.block_layers)
+    if _not_covered(model, loss_fn, optimizer) is not None or count > 8:
+        return [[], [(k, k) for k in range(count)]]
+    n = x.shape[0]
+    widths = model.sizes
+    best = {}  # largest fitting m -> (multiply-adds recomputed, runs)
+    for runs in _run_sets(count):
+        probe = copy.copy(model)
+        object.__setattr__(probe, "recompute_segments", tuple(_segments(model, runs)))
+        m = _largest_by_theory(probe, loss_fn, optimizer, x, budget, n)
+        work = sum(widths[k] * widths[k + 1] for first, last in runs
+                   for k in range(first, last + 1))
+        if m and (m not in best or work < best[m][0]):
+            best[m] = (work, runs)
+    front, least = [], math.inf
+    for m in sorted(best, reverse=True):  # a larger m recomputing less would dominate
+        work, runs = best[m]
+        if work < least:
+            front.append(runs)
+            least = work
+    return front[:SHORTLIST] or [[]]
+
+
+def _largest_by_theory(model, loss_fn, optimizer, x, budget, n):
+    """The largest m in [1, n] whose ``theoretical_peak`` fits ``budget`` (0 if none), by
+    bisection on the peak of the even split's largest micro-batch."""
+    def fits(m):
+        return theoretical_peak(model, loss_fn, optimizer, x, split_sizes(n, micro_batch_size=m)
+                                ) <= budget
+    if not fits(1):
+        return 0
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _time(model, loss_fn, optimizer, x, y, planned, rounds):
+    """Adds ``seconds_per_update`` (the least of ``rounds`` steps, after one untimed) and
+    ``seconds_without_recompute`` (the same micro-batch size, nothing recomputed) to each
+    record of ``planned``; the steps of all records are interleaved."""
+    runs = []
+    for record in planned:
+        for key, segments in (("seconds_per_update", record["segments"]),
+                              ("seconds_without_recompute", [])):
+            if key == "seconds_without_recompute" and not record["segments"]:
+                continue  # the same step as above: copied below
+            copied, opt = copy_update(model, optimizer)
+            copied.set_recompute([tuple(s) for s in segments])
+            runs.append((record, key, copied, opt, record["micro_batch_size"]))
+            record[key] = math.inf
+    for first in (True, *([False] * rounds)):
+        for record, key, copied, opt, m in runs:
+            start = time.perf_counter()
+            step(copied, loss_fn, opt, x, y, micro_batch_size=m)
+            if not first:
+                record[key] = min(record[key], time.perf_counter() - start)
+    for record in planned:
+        if not record["segments"]:
+            record["seconds_without_recompute"] = record["seconds_per_update"]
 
 
 def _largest_below(a, b, budget, n):

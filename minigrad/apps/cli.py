@@ -67,7 +67,9 @@ def plan(args):
     """Measure one update of an MLP on random data (cross-entropy, a seeded NumPy Generator)
     at a few micro-batch sizes and print the largest that fits --memory; the global batch,
     and so the update, stays the same. Exit status 0: a size fits; 1: none fits, not even
-    1 (the error names the smallest budget measured to fit); 2: a bad argument."""
+    1 (the error names the smallest budget measured to fit); 2: a bad argument. With
+    --recompute all or auto, hidden layers are recomputed in the backward (nn.Recompute)
+    and each choice measured is listed with its time per update."""
     rng = np.random.default_rng(args.seed)
     n, sizes = args.global_batch, args.sizes
     x = rng.normal(size=(n, sizes[0])).astype(args.dtype)
@@ -78,7 +80,8 @@ def plan(args):
         optim.Adam(model.parameters())
     try:
         with _one_blas_thread():  # the probes' small products; BLAS workspace is not counted
-            result = planner.plan(model, nn.CrossEntropyLoss(), optimizer, x, y, args.memory)
+            result = planner.plan(model, nn.CrossEntropyLoss(), optimizer, x, y, args.memory,
+                                  recompute=args.recompute)
     except planner.BudgetTooSmall as err:
         print(f"minigrad plan: error: no micro-batch size fits --memory "
               f"{planner.format_bytes(args.memory)}; the smallest peak measured is "
@@ -89,18 +92,43 @@ def plan(args):
         print(json.dumps({"sizes": sizes, "global_batch": n, "optimizer": args.optimizer,
                           "dtype": args.dtype, **result}))
         return 0
-    size = planner.format_bytes
-    print(f"MLP {sizes} ({args.dtype}, {args.optimizer}), global batch {n}, "
-          f"budget {size(args.memory)}")
-    print(f"micro-batch size:  {result['micro_batch_size']} "
-          f"({result['num_micro_batches']} micro-batches, one update)")
-    print(f"predicted peak:    {size(result['predicted_peak'])} "
-          f"({size(round(result['a']))} + {size(round(result['b']))} per sample)")
-    print(f"measured peak:     {size(result['measured_peak'])} "
-          f"({result['measured_peak'] / args.memory:.1%} of the budget; "
-          f"{result['runs']} measured updates)")
-    print(f"budget:            {size(result['budget'])}")
+    print(_plan_text(args, result))
     return 0
+
+
+def _plan_text(args, result):
+    """``minigrad plan``'s answer as lines of text."""
+    size = planner.format_bytes
+    lines = [f"MLP {args.sizes} ({args.dtype}, {args.optimizer}), global batch "
+             f"{args.global_batch}, budget {size(args.memory)}",
+             f"micro-batch size:  {result['micro_batch_size']} "
+             f"({result['num_micro_batches']} micro-batches, one update)"]
+    if args.recompute != "none":
+        lines.append(f"recompute:         {_runs_text(result['recompute'])} (--recompute "
+                     f"{args.recompute}; the update is the same either way)")
+    lines += [f"predicted peak:    {size(result['predicted_peak'])} "
+              f"({size(round(result['a']))} + {size(round(result['b']))} per sample)",
+              f"measured peak:     {size(result['measured_peak'])} "
+              f"({result['measured_peak'] / args.memory:.1%} of the budget; "
+              f"{result['runs']} measured updates)",
+              f"budget:            {size(result['budget'])}"]
+    if args.recompute != "none":
+        lines.append("choices measured (seconds per update; the same micro-batch size with "
+                     "nothing recomputed):")
+        for c in result["candidates"]:
+            mark = "  <- chosen" if c["recompute"] == result["recompute"] else ""
+            lines.append(f"  recompute {_runs_text(c['recompute']):<22} micro-batch "
+                         f"{c['micro_batch_size']:>6}  peak {size(c['measured_peak']):>10}  "
+                         f"{c['seconds_per_update'] * 1e3:8.1f} ms "
+                         f"({c['seconds_without_recompute'] * 1e3:.1f} ms){mark}")
+    return "\n".join(lines)
+
+
+def _runs_text(runs):
+    """Hidden-layer runs ``[[0, 1], [3, 3]]`` as ``'hidden layers 0-1, 3'``."""
+    if not runs:
+        return "nothing"
+    return "hidden layers " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _memory(text):
@@ -142,6 +170,10 @@ def build_parser():
                    help="dtype of the model and the data (default: %(default)s)")
     p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
                    help="seed of the data and the initial weights (default: %(default)s)")
+    p.add_argument("--recompute", choices=planner.RECOMPUTE, default="none",
+                   help="hidden layers to recompute in the backward instead of keeping their "
+                        "activations: none, all, or auto (the fastest update that fits; "
+                        "measures each choice) (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=plan, error=p.error)
     check_command.register(commands)

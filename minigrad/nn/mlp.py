@@ -60,7 +60,7 @@ class MLP(Sequential):
             blocks.append((start, len(layers)))
         super().__init__(*layers)
         self.sizes, self.block_layers = tuple(sizes), tuple(blocks)
-        self.set_recompute(self.blocks(recompute))
+        self.set_recompute(self._blocks(recompute, "recompute"))
 
     def blocks(self, which="all"):
         """The ``(start, stop)`` layer runs of hidden layers ``which``: ``"all"``, ``None``
@@ -71,14 +71,20 @@ class MLP(Sequential):
         >>> MLP([2, 8, 8, 3], norm="layer").blocks([1])
         ((4, 8),)
         """
+        return self._blocks(which, "which")
+
+    def _blocks(self, which, name):
+        """``blocks(which)``, its errors naming the argument ``name`` (the constructor's
+        is ``recompute``)."""
         if which is None or isinstance(which, str):
-            validate.choice("which", which, (None, "none", "all"))
+            validate.choice(name, which, (None, "none", "all"))
             return self.block_layers if which == "all" else ()
         if not hasattr(which, "__iter__"):
-            raise TypeError(f"which must be 'all', 'none', None or hidden-layer indices, got "
+            raise TypeError(f"{name} must be 'all', 'none', None or hidden-layer indices, got "
                             f"{which!r}")
         count = len(self.block_layers)
-        chosen = sorted({validate.integer("hidden layer", i, low=0, high=max(count - 1, 0))
+        chosen = sorted({validate.integer(f"hidden layer in {name}", i, low=0,
+                                          high=max(count - 1, 0))
                          for i in which})
         if chosen and count == 0:
             raise ValueError(f"MLP{list(self.sizes)} has no hidden layer to recompute")
