@@ -50,6 +50,8 @@ COMMANDS = {
                                      "gradcache", "--steps", "4"], 0),
     "plan": (["plan", "--sizes", "784,256,256,10", "--global-batch", "2048",
               "--memory", "24MB"], 0),
+    "plan-recompute": (["plan", "--sizes", "16,1024,64,1024,64,10", "--global-batch", "512",
+                        "--memory", "12MB", "--recompute", "auto"], 0),
 }
 MARKER = re.compile(r"<!-- minigrad: ([\w-]+) -->")
 

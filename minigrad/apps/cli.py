@@ -72,6 +72,9 @@ def plan(args):
     and each choice measured is listed with its time per update."""
     rng = np.random.default_rng(args.seed)
     n, sizes = args.global_batch, args.sizes
+    if args.recompute != "none" and len(sizes) < 3:
+        args.error(f"argument --recompute: {args.recompute} recomputes hidden layers, and "
+                   f"--sizes {','.join(map(str, sizes))} has none; give --recompute none")
     x = rng.normal(size=(n, sizes[0])).astype(args.dtype)
     y = rng.integers(0, sizes[-1], size=n)
     model = nn.MLP(sizes, seed=args.seed, dtype=args.dtype)

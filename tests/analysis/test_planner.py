@@ -18,9 +18,9 @@ import pytest
 from equivalence_checks import replay_with_bound
 
 from minigrad import nn, optim
-from minigrad.accumulate import split_sizes
+from minigrad.accumulate import split_sizes, step
 from minigrad.analysis.memory import PYTHON_OBJECTS, update_memory
-from minigrad.analysis.planner import BudgetTooSmall, format_bytes, parse_bytes, plan
+from minigrad.analysis.planner import BudgetTooSmall, _run_sets, format_bytes, parse_bytes, plan
 
 SIZES, N = [8, 512, 4], 64
 RNG = np.random.default_rng(0)
@@ -117,6 +117,119 @@ def test_other_bad_arguments_are_refused():
         plan(model, nn.CrossEntropyLoss(), sgd(model), X, Y[:10], 10**6)
     with pytest.raises(ValueError, match="not a parameter of the model"):
         plan(model, nn.CrossEntropyLoss(), sgd(make()), X, Y, 10**6)
+
+
+# ----- recomputation ------------------------------------------------------------------------------
+# MLP(16, 1024, 64, 1024, 64, 10) in float64 on 256 samples: 2 x 8 x 2176 values per sample
+# of activations against 1.2 MB of parameters, so recomputing runs of hidden layers moves
+# the largest micro-batch that fits (test_memory.py measures the lower peaks).
+DEEP, DEEP_N = [16, 1024, 64, 1024, 64, 10], 256
+DX, DY = RNG.normal(size=(DEEP_N, DEEP[0])), RNG.integers(0, DEEP[-1], DEEP_N)
+
+
+def deep_measured(m, segments):
+    model = nn.MLP(DEEP, seed=0).set_recompute(segments)
+    return update_memory(model, nn.CrossEntropyLoss(), sgd(model), DX, DY,
+                         micro_batch_size=m)["peak"]
+
+
+def deep_planned(budget, recompute):
+    model = nn.MLP(DEEP, seed=0)
+    return plan(model, nn.CrossEntropyLoss(), sgd(model), DX, DY, budget, recompute=recompute,
+                rounds=1)
+
+
+@pytest.fixture(scope="module")
+def auto():
+    """The planner's choice at a budget halfway between m = 100 and 101 with nothing
+    recomputed: recomputing runs reaches a larger m there."""
+    budget = (deep_measured(100, []) + deep_measured(101, [])) // 2
+    return budget, deep_planned(budget, "auto")
+
+
+def test_the_auto_choice_fits_and_one_more_sample_with_the_same_choice_does_not(auto):
+    budget, result = auto
+    m, segments = result["micro_batch_size"], [tuple(s) for s in result["segments"]]
+    assert result["measured_peak"] <= budget
+    assert deep_measured(m, segments) <= budget < deep_measured(m + 1, segments)
+    assert [tuple(s) for s in nn.MLP(DEEP).blocks(
+        [k for a, b in result["recompute"] for k in range(a, b + 1)])] == \
+        [s for a, b in result["recompute"] for s in nn.MLP(DEEP).blocks(range(a, b + 1))]
+
+
+def test_auto_measures_the_choices_and_picks_the_fastest(auto):
+    """Every choice planned fits; some recomputing choice reaches a larger micro-batch than
+    recomputing nothing (the theory ranks them; the measurement confirms it); the pick is
+    the fastest by the times it reports."""
+    budget, result = auto
+    candidates = result["candidates"]
+    assert all(c["measured_peak"] <= budget for c in candidates)
+    nothing = [c for c in candidates if c["recompute"] == []]
+    assert nothing and nothing[0]["micro_batch_size"] == 100
+    assert max(c["micro_batch_size"] for c in candidates) > 100
+    assert result["seconds_per_update"] == min(c["seconds_per_update"] for c in candidates)
+    assert all(c["seconds_without_recompute"] > 0 for c in candidates)
+
+
+def test_the_planned_update_with_recomputation_is_the_update_without_it(auto):
+    """Recomputation repeats the same operations: the update at the planned (m, runs) has the
+    same bits as the update at m without it (==), and that one is full-batch training within
+    the trajectory bound."""
+    _, result = auto
+    m, segments = result["micro_batch_size"], [tuple(s) for s in result["segments"]]
+    after = []
+    for runs in (segments, []):
+        model = nn.MLP(DEEP, seed=0).set_recompute(runs)
+        step(model, nn.CrossEntropyLoss(), sgd(model), DX, DY, micro_batch_size=m)
+        after.append([p.data for p in model.parameters()])
+    assert all((a == b).all() for a, b in zip(*after))
+    spec = {"kind": "sgd", "hyper": {"lr": 0.1}, "schedule": "constant",
+            "max_grad_norm": None}
+    _, worst = replay_with_bound(lambda: nn.MLP(DEEP, seed=0).set_recompute(segments), spec,
+                                 nn.CrossEntropyLoss(), [(DX, DY)],
+                                 split_sizes(DEEP_N, micro_batch_size=m))
+    assert worst <= 1.0
+
+
+def test_recompute_all_plans_with_every_hidden_layer_recomputed():
+    budget = (deep_measured(100, []) + deep_measured(101, [])) // 2
+    result = deep_planned(budget, "all")
+    assert result["recompute"] == [[0, 0], [1, 1], [2, 2], [3, 3]]
+    assert result["segments"] == [[0, 2], [2, 4], [4, 6], [6, 8]]
+    m = result["micro_batch_size"]
+    segments = [tuple(s) for s in result["segments"]]
+    assert deep_measured(m, segments) <= budget < deep_measured(m + 1, segments)
+
+
+def test_recompute_none_ignores_the_models_own_runs_and_leaves_them_set():
+    model = nn.MLP(SIZES, seed=0, recompute="all")
+    result = plan(model, nn.CrossEntropyLoss(), sgd(model), X, Y,
+                  (measured(20) + measured(21)) // 2)
+    assert result["micro_batch_size"] == 20 and result["recompute"] == []
+    assert model.recompute_segments == ((0, 2),)
+
+
+def test_the_run_sets_are_every_set_of_disjoint_runs():
+    """Each hidden layer is kept, starts a run or continues one (not after a kept one). With
+    K(n) sets whose last layer is kept and R(n) whose last is in a run, K(n) = K + R and
+    R(n) = K + 2R of n - 1: 2, 5, 13, 34 sets for 1 to 4 layers, all different."""
+    for count, expected in zip(range(1, 5), (2, 5, 13, 34)):
+        sets = [tuple(runs) for runs in _run_sets(count)]
+        assert len(sets) == len(set(sets)) == expected
+        for runs in sets:
+            layers = [k for a, b in runs for k in range(a, b + 1)]
+            assert layers == sorted(set(layers)) and all(a <= b for a, b in runs)
+
+
+def test_bad_recompute_arguments_are_refused():
+    model = make()
+    with pytest.raises(ValueError, match=r"recompute must be one of .*got 'some'"):
+        plan(model, nn.CrossEntropyLoss(), sgd(model), X, Y, 10**6, recompute="some")
+    seq = nn.Sequential(nn.Linear(8, 4))
+    with pytest.raises(TypeError, match="recompute='auto' chooses hidden layers of an nn.MLP"):
+        plan(seq, nn.CrossEntropyLoss(), sgd(seq), X, Y, 10**6, recompute="auto")
+    with pytest.raises(BudgetTooSmall):
+        plan(model, nn.CrossEntropyLoss(), sgd(model), X, Y, 1000, recompute="auto")
 
 
 # ----- byte sizes ---------------------------------------------------------------------------------

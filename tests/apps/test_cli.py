@@ -203,3 +203,39 @@ def test_plan_runs_as_a_command_with_an_example_in_its_help():
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["micro_batch_size"] >= 1
     assert "example: minigrad plan --sizes" in _run("plan", "--help").stdout
+
+
+# ----- minigrad plan --recompute ------------------------------------------------------------------
+DEEP = ["plan", "--sizes", "16,256,32,256,10", "--global-batch", "128", "--memory", "1MB"]
+
+
+def test_plan_recompute_auto_lists_the_choices_it_measured_and_marks_its_pick(capsys):
+    assert cli.main([*DEEP, "--recompute", "auto"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("recompute:") and "(--recompute auto;" in lines[2]
+    choices = [line for line in lines if line.startswith("  recompute ")]
+    assert choices and sum(line.endswith("<- chosen") for line in choices) == 1
+    chosen = next(line for line in choices if line.endswith("<- chosen"))
+    assert f"micro-batch {lines[1].split()[2]:>6}" in chosen
+
+
+def test_plan_recompute_json_has_the_choice_and_its_measured_times(capsys):
+    assert cli.main([*DEEP, "--recompute", "all", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["recompute"] == [[0, 0], [1, 1], [2, 2]]
+    assert result["segments"] == [[0, 2], [2, 4], [4, 6]]
+    assert result["measured_peak"] <= result["budget"] == 1_000_000
+    assert result["seconds_per_update"] > 0 and result["seconds_without_recompute"] > 0
+    assert [c["recompute"] for c in result["candidates"]] == [result["recompute"]]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--recompute", "some"], "--recompute"),
+    (["--sizes", "8,4", "--recompute", "all"], "has none; give --recompute none"),
+])
+def test_plan_recompute_bad_values_exit_2_with_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*PLAN, *argv])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and lines[0].startswith("minigrad plan: error:")
