@@ -85,19 +85,31 @@ class GlobalStatistics:
 
 
 def batchnorm_layers(model):
-    """The Sequential's layers and the positions of its BatchNorm1d layers in training mode;
-    ``TypeError`` for a model the passes cannot walk layer by layer."""
+    """The Sequential's layers and the positions of its BatchNorm1d layers in training mode
+    (one alone in an ``nn.Recompute`` counts: the statistics pass through it); ``TypeError``
+    for a model the passes cannot walk layer by layer.
+
+    The passes call the layers one by one, so the Sequential's ``recompute_segments`` are
+    not recomputed here (``nn.Recompute`` layers are): the gradients are the same, the
+    memory is that of keeping those runs' activations."""
     if not isinstance(model, nn.Sequential):
         raise TypeError("exact BatchNorm accumulation needs a Sequential model (such as MLP), "
                         f"got {type(model).__name__}")
     layers = list(model)
+    direct = [_unwrapped(m) for m in layers]
     nested = [name for name, m in model.named_modules() if isinstance(m, nn.BatchNorm1d)
-              and m not in layers]
+              and m not in direct]
     if nested:
         raise TypeError(f"exact BatchNorm accumulation needs BatchNorm1d layers directly in "
-                        f"the Sequential; found nested ones at {nested}")
-    return layers, [i for i, m in enumerate(layers) if isinstance(m, nn.BatchNorm1d)
+                        f"the Sequential (or each alone in an nn.Recompute); found nested ones "
+                        f"at {nested}")
+    return layers, [i for i, m in enumerate(direct) if isinstance(m, nn.BatchNorm1d)
                     and m.training]
+
+
+def _unwrapped(layer):
+    """The module an ``nn.Recompute`` wraps; any other layer itself."""
+    return layer.module if isinstance(layer, nn.Recompute) else layer
 
 
 class ExactBatchNorm:
@@ -113,7 +125,7 @@ class ExactBatchNorm:
 
     def run(self, acc, micro_batches, reduction):
         layers, bn_at = batchnorm_layers(acc.model)
-        controls = {i: GlobalStatistics(layers[i]) for i in bn_at}
+        controls = {i: GlobalStatistics(_unwrapped(layers[i])) for i in bn_at}
 
         def forward(mb, upto=None):
             with nn.dropout_keys(acc.update_count, mb.index):
@@ -139,8 +151,8 @@ class ExactBatchNorm:
             # in process order, so every process holds the same bits; one process: as is
             control.A, control.B = (reduce(add, sums) for sums in zip(*gathered))
         acc.discard()  # the passes above left gradients of their own
-        for i, control in controls.items():  # once per update, as full-batch training
-            layers[i].update_running_stats(control.mean, control.var, control.count)
+        for control in controls.values():  # once per update, as full-batch training
+            control.bn.update_running_stats(control.mean, control.var, control.count)
         for mb in micro_batches:
             if add_loss(acc, mb, forward(mb)) is None:
                 return None
