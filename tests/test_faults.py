@@ -180,6 +180,18 @@ def test_accumulate_step(strategy):
         faults=FAULTS if strategy == "micro" else (KeyboardInterrupt,))
 
 
+def test_accumulate_step_through_recomputed_layers():
+    """The hidden layer (Linear, BatchNorm, ReLU, Dropout) recomputed in the backward: a
+    fault inside the recomputation (its state put back, its walk) leaves all or nothing."""
+    def recomputing():
+        s = training()
+        s.model.set_recompute(s.model.blocks("all"))
+        return s
+    run(recomputing, lambda s: accumulate_step(s.model, nn.CrossEntropyLoss(), s.opt, s.x, s.y,
+                                               micro_batch_size=3),
+        faults=(KeyboardInterrupt,))  # a MemoryError takes the same paths, as above
+
+
 def test_distributed_step_on_one_rank():
     """The MPI step (its reduction, exchanges and abort) on a one-rank communicator; the
     strategies' own lines are the same code as above (one implementation each)."""
