@@ -39,6 +39,7 @@ from operator import add
 from minigrad import nn
 from minigrad.accumulate.micro import add_loss
 from minigrad.engine import Tensor, no_grad, primitive
+from minigrad.nn.layers import run_layers
 
 
 class GlobalStatistics:
@@ -89,9 +90,8 @@ def batchnorm_layers(model):
     (one alone in an ``nn.Recompute`` counts: the statistics pass through it); ``TypeError``
     for a model the passes cannot walk layer by layer.
 
-    The passes call the layers one by one, so the Sequential's ``recompute_segments`` are
-    not recomputed here (``nn.Recompute`` layers are): the gradients are the same, the
-    memory is that of keeping those runs' activations."""
+    The passes call the layers one by one (``nn.layers.run_layers``), the Sequential's
+    ``recompute_segments`` recomputed as in its own forward."""
     if not isinstance(model, nn.Sequential):
         raise TypeError("exact BatchNorm accumulation needs a Sequential model (such as MLP), "
                         f"got {type(model).__name__}")
@@ -127,12 +127,12 @@ class ExactBatchNorm:
         layers, bn_at = batchnorm_layers(acc.model)
         controls = {i: GlobalStatistics(_unwrapped(layers[i])) for i in bn_at}
 
+        def apply(i, layer, out):
+            return layer(out, statistics=controls[i]) if i in controls else layer(out)
+
         def forward(mb, upto=None):
             with nn.dropout_keys(acc.update_count, mb.index):
-                out = mb.x
-                for i, layer in enumerate(layers[:upto]):
-                    out = layer(out, statistics=controls[i]) if i in controls else layer(out)
-            return out
+                return run_layers(layers[:upto], mb.x, acc.model.recompute_segments, apply)
 
         for i, control in controls.items():
             with no_grad():

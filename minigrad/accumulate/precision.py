@@ -50,6 +50,7 @@ from minigrad import nn
 from minigrad.accumulate.guard import all_finite
 from minigrad.engine import Tensor, backend, validate
 from minigrad.engine.tensor import primitive
+from minigrad.nn.layers import run_layers
 
 ACCUMULATE = ("param", "float32", "kahan")
 ORDER = ("sum_then_divide", "divide_then_sum")
@@ -199,10 +200,9 @@ class Precision:
         with nn.dropout_keys(acc.update_count, mb.index):
             h = Tensor(round_to(mb.x, dtype)) if backend.is_floating(
                 backend.get_namespace(mb.x), mb.x) else mb.x
-            layers = list(acc.model) if isinstance(acc.model, nn.Sequential) else [acc.model]
-            for layer in layers:
-                h = layer(h)
-                h = rounded(h, dtype) if dtype is not None else h
+            whole = isinstance(acc.model, nn.Sequential)
+            h = run_layers(list(acc.model) if whole else [acc.model], h,
+                           acc.model.recompute_segments if whole else (), _storing(dtype))
         loss_sum = acc.loss(h, mb.y, reduction="sum")
         value = loss_sum.item()
         if not all_finite([loss_sum.data]):
@@ -210,3 +210,12 @@ class Precision:
         (self.scaler.scale(loss_sum) if self.scaler is not None else loss_sum).backward()
         acc.record(acc.loss.num_items(mb.y), mb.x.shape[0], value)
         return value
+
+
+def _storing(dtype):
+    """``run_layers``' way to apply a layer: its output rounded to ``dtype`` (a storage
+    point), or as it is without one."""
+    def apply(i, layer, h):
+        h = layer(h)
+        return rounded(h, dtype) if dtype is not None else h
+    return apply

@@ -132,7 +132,7 @@ class Sequential(Module):
         """
         if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
             raise TypeError(f"segments must be (start, stop) pairs, got {segments!r}")
-        checked, end = [], 0
+        segments, checked, end = list(segments), [], 0
         for pair in segments:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise TypeError(f"segments must be (start, stop) pairs, got {pair!r} in "
@@ -149,17 +149,50 @@ class Sequential(Module):
         return self
 
     def forward(self, x):
-        segments = self.recompute_segments
-        if not segments:
+        if not self.recompute_segments:
             for module in self._modules.values():
                 x = module(x)
             return x
-        layers, done = list(self._modules.values()), 0
-        for start, stop in segments:
-            for module in layers[done:start]:
-                x = module(x)
-            x = recompute(Sequential(*layers[start:stop]), x)
-            done = stop
-        for module in layers[done:]:
-            x = module(x)
+        return run_layers(list(self._modules.values()), x, self.recompute_segments)
+
+
+def run_layers(layers, x, segments=(), call=None):
+    """``x`` through ``layers`` in order, each ``(start, stop)`` run of ``segments``
+    recomputed in the backward (``nn.recompute``); runs are cut at the last layer.
+    ``call(i, layer, x)`` applies layer ``i`` (default ``layer(x)``): the accumulation
+    strategies that walk a Sequential's layers themselves (exact BatchNorm passes each its
+    statistics; mixed precision rounds each output) keep its recomputed runs so.
+    """
+    call = call or _apply
+    done = 0
+    for start, stop in segments:
+        stop = min(stop, len(layers))
+        if start >= stop:
+            continue
+        for i in range(done, start):
+            x = call(i, layers[i], x)
+        x = recompute(_Run(layers, start, stop, call), x)
+        done = stop
+    for i in range(done, len(layers)):
+        x = call(i, layers[i], x)
+    return x
+
+
+def _apply(i, layer, x):
+    return layer(x)
+
+
+class _Run(Module):
+    """Layers ``start .. stop - 1`` as one module, each applied by ``call``: what
+    ``run_layers`` recomputes (the layers are its children, so their state is put back)."""
+
+    def __init__(self, layers, start, stop, call):
+        super().__init__()
+        for i in range(start, stop):
+            self._modules[str(i)] = layers[i]
+        self.start, self.call = start, call
+
+    def forward(self, x):
+        for k, layer in enumerate(self._modules.values()):
+            x = self.call(self.start + k, layer, x)
         return x

@@ -68,7 +68,7 @@ class MLP(Sequential):
         hidden layer's run is its Linear, norm, activation and dropout; pass the result to
         ``set_recompute``.
 
-        >>> MLP([2, 8, 8, 3], norm="layer").blocks([1])
+        >>> MLP([2, 8, 8, 3], norm="layer", dropout=0.1).blocks([1])
         ((4, 8),)
         """
         return self._blocks(which, "which")

@@ -41,7 +41,7 @@ be its parameters: a tensor that requires grad and reaches the block another way
 (4, 3)
 """
 
-from minigrad.engine import graph, validate
+from minigrad.engine import backend, graph, validate
 from minigrad.engine.tensor import Tensor, primitive
 from minigrad.nn import dropout
 from minigrad.nn.module import Module
@@ -130,11 +130,19 @@ def _check_same(module, again, shape, dtype, expected):
         raise RuntimeError(f"Recompute: the recomputed forward of {name} returned "
                            f"{getattr(again, 'shape', type(again).__name__)} where the first "
                            f"returned shape {shape} ({dtype})")
-    if expected is not None and not bool(again.xp.all(again.data == expected)):
+    if expected is not None and not _same(again.xp, again.data, expected):
         raise RuntimeError(f"Recompute(check=True): the recomputed forward of {name} differs "
                            "from the first; it reads state that recomputation does not put "
                            "back (a random generator of its own?), so its gradient would be "
                            "wrong")
+
+
+def _same(xp, a, b):
+    """Every element equal, NaN where the other has NaN too."""
+    same = a == b
+    if backend.is_floating(xp, a):
+        same = same | (xp.isnan(a) & xp.isnan(b))
+    return bool(xp.all(same))
 
 
 class _State:
@@ -149,10 +157,12 @@ class _State:
         self.grad_enabled = graph.is_grad_enabled()
 
     def restore(self):
+        # The process-global flags first: an interrupt inside this call then leaves at most
+        # a module's state half put back, which the accumulation guard restores as a whole.
+        dropout.set_keys(self.keys)
+        graph.set_grad_enabled(self.grad_enabled)
         for m, training, buffers, calls in self.modules:
             object.__setattr__(m, "training", training)
             m._buffers.update(buffers)
             if calls is not None:
                 m.calls = calls
-        dropout.set_keys(self.keys)
-        graph.set_grad_enabled(self.grad_enabled)
