@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-long lint bench bench-quick readme notebooks lab docs serve browser clean
+.PHONY: demo test test-long lint bench bench-gpu bench-pages bench-quick readme notebooks lab docs serve browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,9 +65,20 @@ readme: $(STAMP)
 	$(PY) scripts/update_readme.py
 
 bench: $(STAMP)
-	$(PY) benchmarks/run.py --dtypes float32,float64 --wait-idle 600 --json benchmarks/results.json --docs docs/benchmarks.md
+	$(PY) benchmarks/run.py --dtypes float32,float64 --wait-idle 600 --json benchmarks/results.json --docs docs/benchmarks.md --gpu-results benchmarks/results-gpu.json
 	$(PY) benchmarks/exact_batchnorm.py
-	$(PY) benchmarks/memory.py --json benchmarks/memory.json --docs docs/benchmarks-memory.md
+	$(PY) benchmarks/memory.py --json benchmarks/memory.json --docs docs/benchmarks-memory.md --gpu-results benchmarks/memory-gpu.json
+
+# On a machine with a CUDA GPU, CuPy and PyTorch for CUDA (PYTHON=python3 there): the GPU runs,
+# whose records `make bench` and `make bench-pages` render as the pages' GPU sections.
+bench-gpu:
+	$(PYTHON) benchmarks/run.py --shapes large,accum,xl --dtypes float32,float64 --impls minigrad-cupy,cupy,torch-cuda --json benchmarks/results-gpu.json
+	$(PYTHON) benchmarks/memory.py --device gpu --json benchmarks/memory-gpu.json
+
+# The two pages from the saved records, measuring nothing.
+bench-pages: $(STAMP)
+	$(PY) benchmarks/run.py --from-json benchmarks/results.json --docs docs/benchmarks.md --gpu-results benchmarks/results-gpu.json
+	$(PY) benchmarks/memory.py --from-json benchmarks/memory.json --docs docs/benchmarks-memory.md --gpu-results benchmarks/memory-gpu.json
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --quick

@@ -269,3 +269,48 @@ def blas_line(env):
     return "; ".join(f"{p['internal_api']} {p['version']} ({p['architecture']}), "
                      f"{p['num_threads']} threads"
                      for p in env["threadpools"] if p["user_api"] == "blas") or "no BLAS found"
+
+
+def gpu_environment():
+    """What GPU timings depend on: the GPU, its driver, the CUDA runtime CuPy uses, the
+    versions of CuPy and PyTorch (and the CUDA PyTorch was built for); None without a GPU."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("cupy") is None:
+        return None
+    import cupy
+
+    try:
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return None
+
+    def version(v):  # CUDA writes 12.4 as 12040
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+    found = {"name": props["name"].decode(), "memory_gib": props["totalGlobalMem"] / 2**30,
+             "cuda_runtime": version(cupy.cuda.runtime.runtimeGetVersion()),
+             "cuda_driver": version(cupy.cuda.runtime.driverGetVersion()),
+             "cupy": cupy.__version__}
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        found["driver"] = smi.stdout.split()[0] if smi.returncode == 0 else None
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        found["driver"] = None
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        found["torch"], found["torch_cuda"] = torch.__version__, torch.version.cuda
+    return found
+
+
+def gpu_line(gpu):
+    """The GPU and its software in one line."""
+    line = (f"{gpu['name']} ({gpu['memory_gib']:.0f} GiB), driver {gpu['driver']}, "
+            f"CUDA runtime {gpu['cuda_runtime']} (driver API {gpu['cuda_driver']}), "
+            f"CuPy {gpu['cupy']}")
+    if gpu.get("torch"):
+        line += f", PyTorch {gpu['torch']} (CUDA {gpu['torch_cuda']})"
+    return line

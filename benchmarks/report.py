@@ -5,8 +5,9 @@
 """
 
 import os
+import shlex
 
-from common import SHAPES, blas_line
+from common import SHAPES, blas_line, gpu_line
 
 # Per device: the hand-written step, PyTorch eager and the GEMM floor (ratios divide by these).
 BASELINES = {
@@ -224,10 +225,10 @@ def plot(results, path, env, settings):
     plt.close(fig)
 
 
-def docs_page(rows, found, checks, others, env, settings, image):
-    """The markdown page: what was run, on what, the checks, the times, the targets."""
-    dtypes = sorted({r["dtype"] for r in rows})
-    gpu = settings.get("gpu")
+def docs_page(rows, found, checks, others, env, settings, image, gpu=None):
+    """The markdown page: what was run, on what, the checks, the times, the targets; with
+    ``gpu`` (``(record, path, image)``: a GPU run's --json record, the file it is saved in
+    and its plot), that run's section after the CPU run's."""
     parts = [
         "# Benchmarks",
         "",
@@ -245,13 +246,59 @@ def docs_page(rows, found, checks, others, env, settings, image):
         settings["command"],
         "```",
         "",
-        "## Machine",
+    ]
+    parts += run_sections(rows, found, checks, others, env, settings, image, level=2)
+    if gpu is not None:
+        parts += gpu_section(*gpu)
+    return "\n".join(parts)
+
+
+def gpu_section(record, path, image):
+    """The page's section for a GPU run (``record``: its --json, saved at ``path``): the
+    same tables one heading level down, and only the GPU targets."""
+    settings = record["settings"]
+    command = shlex.split(settings["command"])
+    if "--json" in command:  # the file it wrote on the GPU machine is the one saved here
+        command[command.index("--json") + 1] = path
+    found = [t for t in record["targets"] if t["target"].startswith("GPU")]
+    parts = [
+        "## On a GPU",
+        "",
+        f"Measured on {record['environment']['gpu']['name']} (`make bench-gpu`; its record is "
+        f"`{path}`, which `make bench` and `make bench-pages` render here) with:",
+        "",
+        "```sh",
+        shlex.join(command),
+        "```",
+        "",
+        "The CPU rows (minigrad on the GPU machine's own processor) are the reference of the "
+        "agreement check; the CPU targets are judged on the CPU run above, so only the GPU "
+        "targets are listed here. A gradient gap far above the others' yet within the bound, "
+        "in the layers below a ReLU and not in the last layer (`grad_gap_by_param` in the "
+        "record), is a pre-activation within rounding of 0 that switched sides between the "
+        "two computations: `benchmarks/check.py` derives the bound with room for such "
+        "switches.",
+        "",
+    ]
+    parts += run_sections(record["summary"], found, record["checks"], record["interference"],
+                          record["environment"], settings, image, level=3)
+    return parts
+
+
+def run_sections(rows, found, checks, others, env, settings, image, level):
+    """A run's machine, agreement, times and targets, under headings of ``level``."""
+    h2, h3 = "#" * level, "#" * (level + 1)
+    dtypes = sorted({r["dtype"] for r in rows})
+    gpu = settings.get("gpu")
+    gpu_text = gpu_line(env["gpu"]) if env.get("gpu") else gpu or "none"
+    parts = [
+        f"{h2} Machine",
         "",
         f"- date: {env['date']}",
         f"- CPU: {env['cpu']} ({env['cores']} cores available, {env['machine']}, "
         f"{env['system']})",
         f"- BLAS: {blas_line(env)}; OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}",
-        f"- GPU: {gpu or 'none'}",
+        f"- GPU: {gpu_text}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in settings["versions"].items()),
         f"- load average before the run: {env['load_average_1min']:.2f}"
         if env["load_average_1min"] is not None else "- load average: unknown",
@@ -261,7 +308,7 @@ def docs_page(rows, found, checks, others, env, settings, image):
                                                  for k, v in settings["skipped"].items())]
     parts += [
         "",
-        "## Agreement, checked before timing",
+        f"{h2} Agreement, checked before timing",
         "",
         "Each implementation's gradients against minigrad's (norm-wise relative gap, and the "
         "bound 2 P K_max u derived in `benchmarks/check.py`), the gap of its float32 "
@@ -273,7 +320,7 @@ def docs_page(rows, found, checks, others, env, settings, image):
         "",
         checks_table(checks),
         "",
-        "## Time per step",
+        f"{h2} Time per step",
         "",
         f"Median over interleaved rounds ({settings['rounds_text']}; {settings['warmup']} "
         f"warm-up rounds; {settings['pause']} s pause before each measurement). The spread "
@@ -285,10 +332,10 @@ def docs_page(rows, found, checks, others, env, settings, image):
         "",
     ]
     for dtype in dtypes:
-        parts += [f"### {dtype}", "", timing_table(rows, dtype), ""]
+        parts += [f"{h3} {dtype}", "", timing_table(rows, dtype), ""]
     accum = accum_table(rows)
     if accum:
-        parts += ["### One update from 8 micro-batches of 512 against one batch of 4096", "",
+        parts += [f"{h3} One update from 8 micro-batches of 512 against one batch of 4096", "",
                   accum, ""]
     for shape, dtype, cores in disturbed(others):
         parts += [f"**Disturbed:** other processes used {cores:.2f} cores on average while "
@@ -296,11 +343,11 @@ def docs_page(rows, found, checks, others, env, settings, image):
                   "own.", ""]
     busy = interference_table(others)
     if busy:
-        parts += ["### What else ran", "",
+        parts += [f"{h3} What else ran", "",
                   "CPU time that other processes used (and the hypervisor took) while each "
                   "shape was timed, from /proc/stat less this process's own, averaged over the "
                   "kept rounds: anything well above 0 slowed the measurements down. With "
                   "`--wait-idle`, a round during which others used more than 0.1 core was "
                   "dropped and run again once the machine was quiet.", "", busy, ""]
-    parts += ["## Targets", "", targets_table(found), "", f"![ms per step]({image})", ""]
-    return "\n".join(parts)
+    parts += [f"{h2} Targets", "", targets_table(found), "", f"![ms per step]({image})", ""]
+    return parts

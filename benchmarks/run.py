@@ -14,7 +14,8 @@ the ratios and the speed targets, and writes JSON, a plot and a docs page on req
 
     python benchmarks/run.py [--shapes small,large,accum] [--dtypes float32,float64]
         [--rounds 30 | --rounds small=30,large=5] [--warmup 2] [--impls minigrad,numpy]
-        [--json PATH] [--plot PATH] [--docs PATH] [--quick]
+        [--json PATH] [--plot PATH] [--docs PATH [--gpu-results PATH]] [--quick]
+    python benchmarks/run.py --from-json PATH --docs PATH [--gpu-results PATH]
 """
 
 import argparse
@@ -36,6 +37,7 @@ from common import (
     SHAPES,
     IdleGate,
     environment,
+    gpu_environment,
     interleaved,
     make_problem,
     median_ms,
@@ -101,6 +103,11 @@ def parse_args(argv):
     parser.add_argument("--docs", metavar="PATH",
                         help="write the markdown page, with its plot in assets/benchmarks.png "
                              "beside it (e.g. docs/benchmarks.md)")
+    parser.add_argument("--gpu-results", metavar="PATH",
+                        help="a GPU run's --json, added to the --docs page as its own section "
+                             "(its plot as assets/benchmarks-gpu.png beside the page)")
+    parser.add_argument("--from-json", metavar="PATH",
+                        help="write --docs/--plot from this saved --json instead of measuring")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke test: rounds {QUICK_ROUNDS} unless given")
     args = parser.parse_args(argv)
@@ -214,6 +221,12 @@ def summarize_log(log):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        write(args, saved["environment"], saved["settings"], saved["checks"], saved["results"],
+              saved["interference"])
+        return 0
     makers, skipped = steps.available()
     if args.impls is not None:
         for name in args.impls:
@@ -227,6 +240,8 @@ def main(argv=None):
     gpu = steps.gpu_name()
     shapes = args.shapes or [s for s in SHAPES if not SHAPES[s].gpu_only or gpu]
     env = environment()
+    if gpu:
+        env["gpu"] = gpu_environment()
     settings = {
         "command": ".venv/bin/python benchmarks/run.py " + shlex.join(argv),
         "shapes": shapes, "dtypes": args.dtypes, "rounds": {s: args.rounds[s] for s in shapes},
@@ -267,16 +282,29 @@ def main(argv=None):
             json.dump({"environment": env, "settings": settings, "checks": checks,
                        "results": results, "interference": others, "summary": rows,
                        "targets": found}, f, indent=1)
+    write(args, env, settings, checks, results, others)
+    return 0
+
+
+def write(args, env, settings, checks, results, others):
+    """The plot and the docs page that ``args`` ask for, from one run's results (and, with
+    --gpu-results, a GPU run's record)."""
+    rows, found = report.summary(results), report.targets(results)
     if args.plot:
         report.plot(results, args.plot, env, settings)
     if args.docs:
-        image = os.path.join(os.path.dirname(os.path.abspath(args.docs)), "assets",
-                             "benchmarks.png")
-        report.plot(results, image, env, settings)
+        assets = os.path.join(os.path.dirname(os.path.abspath(args.docs)), "assets")
+        report.plot(results, os.path.join(assets, "benchmarks.png"), env, settings)
+        gpu = None
+        if args.gpu_results:
+            with open(args.gpu_results) as f:
+                record = json.load(f)
+            report.plot(record["results"], os.path.join(assets, "benchmarks-gpu.png"),
+                        record["environment"], record["settings"])
+            gpu = (record, args.gpu_results, "assets/benchmarks-gpu.png")
         with open(args.docs, "w") as f:
             f.write(report.docs_page(rows, found, checks, others, env, settings,
-                                     "assets/benchmarks.png"))
-    return 0
+                                     "assets/benchmarks.png", gpu))
 
 
 if __name__ == "__main__":

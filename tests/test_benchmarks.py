@@ -22,3 +22,18 @@ def test_the_benchmark_suite_checks_agreement_and_reports_the_targets(tmp_path):
     assert "CPU SMALL: minigrad <= 1.5x hand-written NumPy" in done.stdout
     results = json.loads(out.read_text())
     assert results  # raw rounds and the summary were written
+
+
+def test_the_pages_are_what_the_saved_runs_render(tmp_path):
+    """Every number on the two benchmark pages, CPU and GPU sections, comes from the records
+    in benchmarks/ (``make bench-pages`` writes the pages from them)."""
+    for script, cpu, gpu, page in (("run.py", "results.json", "results-gpu.json", "benchmarks.md"),
+                                   ("memory.py", "memory.json", "memory-gpu.json",
+                                    "benchmarks-memory.md")):
+        out = tmp_path / page
+        done = subprocess.run([sys.executable, f"benchmarks/{script}", "--from-json",
+                               f"benchmarks/{cpu}", "--gpu-results", f"benchmarks/{gpu}",
+                               "--docs", str(out)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert out.read_text() == (ROOT / "docs" / page).read_text()

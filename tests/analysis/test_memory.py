@@ -164,7 +164,9 @@ def test_models_outside_the_theory_get_none():
 def test_the_pool_hook_counts_a_cupy_allocation_in_the_pools_blocks(cupy_xp):
     import cupy
 
-    _, peak = peak_bytes(cupy.ones, 1000)  # 8000 bytes in one block of 512-byte units
+    # A CuPy array among the arguments selects the pool's hook (with none, as in
+    # peak_bytes(cupy.ones, 1000), tracemalloc measures and sees only Python objects).
+    _, peak = peak_bytes(cupy.ones_like, cupy.zeros(1000))  # 8000 bytes: one block of 512s
     assert peak == 8192
 
 
