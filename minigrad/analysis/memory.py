@@ -237,6 +237,15 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
       row-major layout (the engine's matmul follows PyTorch's layout rule), so no
       elementwise op mixes layouts, which NumPy would run through a buffer.
 
+    * Recomputed runs of whole hidden layers (``Sequential.recompute_segments``, such as
+      ``MLP.blocks`` gives): a run keeps only its output, d_last values
+      per sample, and its other layers nothing. When the walk reaches the run, its forward
+      runs again and its layers keep 2 d_l each again while the walk goes through them, and
+      beside them stay the run's first output and, below its last ReLU, the gradient that
+      arrived at the run: d_last more at that ReLU, 2 d_last below it. So recomputing a run
+      lowers the moments above it and raises its own; the sums above use, layer by layer,
+      what is alive at that moment (``_kept``, ``_held``).
+
     The peak is the largest moment. Neglected: Python objects (Tensors, closures, the
     walk's lists: at most ``PYTHON_OBJECTS`` bytes per step, measured), the int64 sample
     indices and targets
