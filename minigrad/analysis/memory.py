@@ -34,7 +34,7 @@ from minigrad.engine import Tensor, backend
 # Arrays of one parameter's size alive at once while the optimizer updates it (t), and
 # those that stay (r: the new parameter and state), in the order minigrad.optim evaluates:
 # SGD lr*g, p - lr*g; momentum mu*b, (1-tau)*g, b, then lr*b and the new p beside b;
-# Nesterov also g + mu*b; Adam (its NumPy path) m, v, one temporary and the denominator,
+# Nesterov also g + mu*b; Adam (its NumPy and CuPy path) m, v, one temporary and the denominator,
 # which becomes the new p.
 _UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (4, 3)}
 # Arrays of n x C alive at once in the loss's backward, beside the hidden layers':
@@ -232,7 +232,7 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     * The update: the sum (kept by the snapshot) and the sum / items, 2P; then parameter by
       parameter in the optimizer's order t arrays of its size alive at once, r of which
       stay (new p and state): SGD t, r = 2, 1; momentum 3, 2; Nesterov 4, 2; Adam and
-      AdamW 4, 3 (its NumPy path writes m, v, one temporary and the denominator, which
+      AdamW 4, 3 (its NumPy and CuPy path writes m, v, one temporary and the denominator, which
       becomes the new p); weight decay one more. Every gradient has its parameter's
       row-major layout (the engine's matmul follows PyTorch's layout rule), so no
       elementwise op mixes layouts, which NumPy would run through a buffer.

@@ -21,6 +21,7 @@ as ``lerp(m, g, 1 - beta_1)``, the same value up to rounding.)
 (array([0.875]), 1)
 """
 
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -79,8 +80,10 @@ def apply(grads, state, params, *, lr, betas, eps, weight_decay):
     for g, m, v, p in zip(grads, state.mu, state.nu, params):
         if weight_decay != 0:
             g = g + weight_decay * p
-        one = _one_numpy if _all_numpy(g, m, v, p) else _one
-        p, m, v = one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps)
+        lib = _in_place_library(g, m, v, p)
+        p, m, v = _one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps) \
+            if lib is None else _one_in_place(lib, g, m, v, p, b1, b2, step_size,
+                                              bias_correction2_sqrt, eps)
         new_params.append(p)
         mu.append(m)
         nu.append(v)
@@ -95,28 +98,35 @@ def _one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
     return p - step_size * m / denom, m, v
 
 
-def _one_numpy(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
-    """The fast path of ``_one`` for NumPy arrays: the same operations on the same operands
-    in the same order, so the same IEEE results (tests/optim check ``==``), written into
-    three fresh arrays instead of eleven temporaries. The inputs are not written to."""
-    m_new = np.multiply(m, b1)                  # b1 * m
-    tmp = np.multiply(g, 1.0 - b1)              # (1 - b1) * g
+def _one_in_place(lib, g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
+    """The fast path of ``_one`` for NumPy or CuPy arrays (``lib`` is the library): the
+    same operations on the same operands in the same order, one kernel each, so the same
+    IEEE results (tests/optim check ``==``), written into three fresh arrays instead of
+    eleven temporaries. The inputs are not written to."""
+    m_new = lib.multiply(m, b1)                 # b1 * m
+    tmp = lib.multiply(g, 1.0 - b1)             # (1 - b1) * g
     m_new += tmp                                # m_t
-    v_new = np.multiply(v, b2)                  # b2 * v
-    np.multiply(g, 1.0 - b2, out=tmp)           # (1 - b2) * g
+    v_new = lib.multiply(v, b2)                 # b2 * v
+    lib.multiply(g, 1.0 - b2, out=tmp)          # (1 - b2) * g
     tmp *= g                                    #   ... * g
     v_new += tmp                                # v_t
-    denom = np.sqrt(v_new)
+    denom = lib.sqrt(v_new)
     denom /= bias_correction2_sqrt
     denom += eps                                # d_t
-    np.multiply(m_new, step_size, out=tmp)      # s_t * m_t
+    lib.multiply(m_new, step_size, out=tmp)     # s_t * m_t
     tmp /= denom                                #   ... / d_t
-    return np.subtract(p, tmp, out=denom), m_new, v_new
+    return lib.subtract(p, tmp, out=denom), m_new, v_new
 
 
-def _all_numpy(g, m, v, p):
-    """Whether all four are NumPy arrays with at least one axis (0-d arrays take the plain
-    path: NumPy turns their results into scalars)."""
-    if not type(g) is type(m) is type(v) is type(p) is np.ndarray:
-        return False
-    return bool(g.ndim and m.ndim and v.ndim and p.ndim)
+def _in_place_library(g, m, v, p):
+    """``numpy`` or ``cupy`` when all four are that library's arrays with at least one axis
+    (0-d arrays take the plain path: NumPy turns their results into scalars); else None."""
+    kind = type(g)
+    if not kind is type(m) is type(v) is type(p) or not (g.ndim and m.ndim and v.ndim
+                                                         and p.ndim):
+        return None
+    if kind is np.ndarray:
+        return np
+    if kind.__module__.startswith("cupy") and kind.__name__ == "ndarray":
+        return sys.modules["cupy"]  # imported already: its arrays exist
+    return None

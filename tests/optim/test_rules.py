@@ -210,7 +210,7 @@ def test_adam_numpy_fast_path_gives_the_plain_rules_bits(dtype, data, b1, b2, t,
     step_size, bc2 = lr / (1 - b1**t), (1 - b2**t) ** 0.5
     with np.errstate(all="ignore"):
         plain = adam._one(g, m, v, p, b1, b2, step_size, bc2, eps)
-        fast = adam._one_numpy(g, m, v, p, b1, b2, step_size, bc2, eps)
+        fast = adam._one_in_place(np, g, m, v, p, b1, b2, step_size, bc2, eps)
     for a, b in zip(plain, fast):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype == dtype and a.shape == b.shape
@@ -219,13 +219,29 @@ def test_adam_numpy_fast_path_gives_the_plain_rules_bits(dtype, data, b1, b2, t,
         assert a.tobytes() == b.tobytes()  # the inputs are not written to
 
 
-def test_adam_takes_the_fast_path_for_numpy_arrays_only(monkeypatch):
+def test_adam_takes_the_fast_path_for_numpy_and_cupy_arrays_only(monkeypatch):
     calls = []
-    monkeypatch.setattr(adam, "_one_numpy", lambda *a: calls.append(a) or adam._one(*a))
+    monkeypatch.setattr(adam, "_one_in_place", lambda lib, *a: calls.append(lib) or adam._one(*a))
     params, grads = [np.ones((2, 2))], [np.ones((2, 2))]
     adam.update(grads, adam.init(params), params)
-    assert len(calls) == 1
+    assert calls == [np]
     strict = backend.resolve_namespace("array_api_strict")
     sp, sg = [strict.ones((2, 2))], [strict.ones((2, 2))]
     adam.update(sg, adam.init(sp), sp)
-    assert len(calls) == 1
+    assert calls == [np]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adam_fast_path_on_cupy_gives_the_plain_rules_bits(cupy_xp, dtype):
+    """One CuPy kernel per operation on both paths (no fused multiply-add across kernels),
+    in the same order: the same bits, as on NumPy. ``update`` takes the fast path."""
+    import cupy
+    rng = np.random.default_rng(0)
+    g, m, v, p = (cupy.asarray(rng.normal(size=(64, 33)).astype(dtype)) for _ in range(4))
+    v = cupy.abs(v)
+    step_size, bc2 = 1e-3 / (1 - 0.9**7), (1 - 0.999**7) ** 0.5
+    plain = adam._one(g, m, v, p, 0.9, 0.999, step_size, bc2, 1e-8)
+    fast = adam._one_in_place(cupy, g, m, v, p, 0.9, 0.999, step_size, bc2, 1e-8)
+    for a, b in zip(plain, fast):
+        assert a.dtype == b.dtype and cupy.asnumpy(a).tobytes() == cupy.asnumpy(b).tobytes()
+    assert adam._in_place_library(g, m, v, p) is cupy
