@@ -18,6 +18,7 @@ import copy
 import itertools
 import math
 import re
+import statistics
 import time
 from fractions import Fraction
 
@@ -102,9 +103,12 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rou
     ``theoretical_peak`` gives the largest m that fits; of the choices that reach the same
     m only the one recomputing the fewest multiply-adds stays, and the ``SHORTLIST`` with
     the largest m are planned as above, measured, and timed (the least of ``rounds``
-    steps, interleaved). Where the theory does not cover the model, "auto" weighs
-    "none" and "all". The model's own ``recompute_segments`` are ignored; the choice is
-    returned, not set.
+    steps, interleaved). Choices whose times lie within the rounds' own spread of the
+    fastest (how far the median of one step's rounds fell from their least) are taken as
+    equally fast, and of those the one that recomputes the fewest multiply-adds wins.
+    Where the theory does not cover the model, "auto" weighs "none" and "all". The
+    model's own ``recompute_segments`` are ignored; the choice is returned, not set (pass
+    ``recompute`` to ``nn.MLP`` or ``segments`` to ``set_recompute``).
 
     Each measurement is ``update_memory`` (a step on a copy: the model is untouched).
     Returns ``micro_batch_size``, ``num_micro_batches``, ``predicted_peak`` (a + b m; above
@@ -153,8 +157,10 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rou
                         "segments": [list(s) for s in _segments(model, runs)]})
     if not planned:
         raise BudgetTooSmall(budget, *smallest)
-    _time(model, loss_fn, optimizer, x, y, planned, rounds)
-    best = min(planned, key=lambda r: (r["seconds_per_update"], len(r["segments"])))
+    spread = _time(model, loss_fn, optimizer, x, y, planned, rounds)
+    fastest = min(r["seconds_per_update"] for r in planned)
+    ties = [r for r in planned if r["seconds_per_update"] <= fastest * (1 + spread)]
+    best = min(ties, key=lambda r: (_work(model, r["recompute"]), -r["micro_batch_size"]))
     keys = ("recompute", "micro_batch_size", "measured_peak", "seconds_per_update",
             "seconds_without_recompute")
     return {**best, "candidates": [{k: r[k] for k in keys} for r in planned]}
@@ -199,8 +205,7 @@ def _with_segments(model, optimizer, segments):
 
 def _segments(model, runs):
     """Hidden-layer runs ``[(first, last), ...]`` as the MLP's layer runs."""
-    return [(model.block_layers[first][0], model.block_layers[last][1])
-            for first, last in runs]
+    return list(model.blocks(runs))
 
 
 def _run_sets(count):
@@ -225,14 +230,12 @@ def _shortlist(model, loss_fn, optimizer, x, budget):
     if _not_covered(model, loss_fn, optimizer) is not None or count > 8:
         return [[], [(k, k) for k in range(count)]]
     n = x.shape[0]
-    widths = model.sizes
     best = {}  # largest fitting m -> (multiply-adds recomputed, runs)
     for runs in _run_sets(count):
         probe = copy.copy(model)
         object.__setattr__(probe, "recompute_segments", tuple(_segments(model, runs)))
         m = _largest_by_theory(probe, loss_fn, optimizer, x, budget, n)
-        work = sum(widths[k] * widths[k + 1] for first, last in runs
-                   for k in range(first, last + 1))
+        work = _work(model, runs)
         if m and (m not in best or work < best[m][0]):
             best[m] = (work, runs)
     front, least = [], math.inf
@@ -242,6 +245,13 @@ def _shortlist(model, loss_fn, optimizer, x, budget):
             front.append(runs)
             least = work
     return front[:SHORTLIST] or [[]]
+
+
+def _work(model, runs):
+    """Multiply-adds per sample that recomputing ``runs`` adds: each recomputed hidden
+    layer's Linear again."""
+    return sum(model.sizes[k] * model.sizes[k + 1] for first, last in runs
+               for k in range(first, last + 1))
 
 
 def _largest_by_theory(model, loss_fn, optimizer, x, budget, n):
@@ -262,7 +272,9 @@ def _largest_by_theory(model, loss_fn, optimizer, x, budget, n):
 def _time(model, loss_fn, optimizer, x, y, planned, rounds):
     """Adds ``seconds_per_update`` (the least of ``rounds`` steps, after one untimed) and
     ``seconds_without_recompute`` (the same micro-batch size, nothing recomputed) to each
-    record of ``planned``; the steps of all records are interleaved."""
+    record of ``planned``; the steps of all records are interleaved. Returns the rounds'
+    spread: the largest (median - least) / least over the records, how far apart two
+    timings of one step fell in this run."""
     runs = []
     for record in planned:
         for key, segments in (("seconds_per_update", record["segments"]),
@@ -271,17 +283,21 @@ def _time(model, loss_fn, optimizer, x, y, planned, rounds):
                 continue  # the same step as above: copied below
             copied, opt = copy_update(model, optimizer)
             copied.set_recompute([tuple(s) for s in segments])
-            runs.append((record, key, copied, opt, record["micro_batch_size"]))
-            record[key] = math.inf
+            runs.append((record, key, copied, opt, record["micro_batch_size"], []))
     for first in (True, *([False] * rounds)):
-        for record, key, copied, opt, m in runs:
+        for _, _, copied, opt, m, times in runs:
             start = time.perf_counter()
             step(copied, loss_fn, opt, x, y, micro_batch_size=m)
             if not first:
-                record[key] = min(record[key], time.perf_counter() - start)
+                times.append(time.perf_counter() - start)
+    spread = 0.0
+    for record, key, _, _, _, times in runs:
+        record[key] = min(times)
+        spread = max(spread, statistics.median(times) / min(times) - 1)
     for record in planned:
         if not record["segments"]:
             record["seconds_without_recompute"] = record["seconds_per_update"]
+    return spread
 
 
 def _largest_below(a, b, budget, n):

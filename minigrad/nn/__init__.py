@@ -9,7 +9,7 @@ from minigrad.nn.loss import CrossEntropyLoss, MSELoss
 from minigrad.nn.mlp import MLP
 from minigrad.nn.module import Module
 from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
-from minigrad.nn.recompute import Recompute, recompute
+from minigrad.nn.recomputation import Recompute, recompute
 
 __all__ = [
     "BatchNorm1d", "CrossEntropyLoss", "Dropout", "DualEncoder", "GELU", "GroupNorm", "Identity",

@@ -7,7 +7,7 @@ from minigrad.engine.functions import linear
 from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
-from minigrad.nn.recompute import recompute
+from minigrad.nn.recomputation import recompute
 
 
 class Linear(Module):

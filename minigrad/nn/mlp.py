@@ -63,13 +63,17 @@ class MLP(Sequential):
         self.set_recompute(self._blocks(recompute, "recompute"))
 
     def blocks(self, which="all"):
-        """The ``(start, stop)`` layer runs of hidden layers ``which``: ``"all"``, ``None``
-        or ``"none"`` (no run), or hidden-layer indices (0 is the first hidden layer). A
-        hidden layer's run is its Linear, norm, activation and dropout; pass the result to
-        ``set_recompute``.
+        """The ``(start, stop)`` layer runs of hidden layers ``which``: ``"all"`` (each hidden
+        layer its own run), ``None`` or ``"none"`` (no run), or a list whose items are
+        hidden-layer indices (0 is the first hidden layer; each its own run) or
+        ``(first, last)`` pairs (one run through hidden layers first..last, as
+        ``analysis.planner.plan`` returns them). A hidden layer's run is its Linear, norm,
+        activation and dropout; pass the result to ``set_recompute``.
 
         >>> MLP([2, 8, 8, 3], norm="layer", dropout=0.1).blocks([1])
         ((4, 8),)
+        >>> MLP([2, 8, 8, 8, 3]).blocks([(0, 1), 2])  # a run of two, then one alone
+        ((0, 4), (4, 6))
         """
         return self._blocks(which, "which")
 
@@ -80,12 +84,31 @@ class MLP(Sequential):
             validate.choice(name, which, (None, "none", "all"))
             return self.block_layers if which == "all" else ()
         if not hasattr(which, "__iter__"):
-            raise TypeError(f"{name} must be 'all', 'none', None or hidden-layer indices, got "
-                            f"{which!r}")
+            raise TypeError(f"{name} must be 'all', 'none', None, or hidden-layer indices and "
+                            f"(first, last) pairs, got {which!r}")
         count = len(self.block_layers)
-        chosen = sorted({validate.integer(f"hidden layer in {name}", i, low=0,
-                                          high=max(count - 1, 0))
-                         for i in which})
-        if chosen and count == 0:
-            raise ValueError(f"MLP{list(self.sizes)} has no hidden layer to recompute")
-        return tuple(self.block_layers[i] for i in chosen)
+        if count == 0:
+            if list(which):
+                raise ValueError(f"MLP{list(self.sizes)} has no hidden layer to recompute")
+            return ()
+
+        def layer(i):
+            return validate.integer(f"hidden layer in {name}", i, low=0, high=count - 1)
+
+        runs = []
+        for item in which:
+            if isinstance(item, (tuple, list)):
+                if len(item) != 2:
+                    raise TypeError(f"a run in {name} is a (first, last) pair of hidden "
+                                    f"layers, got {item!r}")
+                first, last = layer(item[0]), layer(item[1])
+                if first > last:
+                    raise ValueError(f"a run in {name} must have first <= last, got {item!r}")
+            else:
+                first = last = layer(item)
+            runs.append((first, last))
+        runs = sorted(set(runs))
+        for (_, last), (first, _) in zip(runs, runs[1:]):
+            if first <= last:
+                raise ValueError(f"the runs in {name} overlap: {runs}")
+        return tuple((self.block_layers[a][0], self.block_layers[b][1]) for a, b in runs)

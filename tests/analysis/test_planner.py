@@ -160,7 +160,7 @@ def test_the_auto_choice_fits_and_one_more_sample_with_the_same_choice_does_not(
 def test_auto_measures_the_choices_and_picks_the_fastest(auto):
     """Every choice planned fits; some recomputing choice reaches a larger micro-batch than
     recomputing nothing (the theory ranks them; the measurement confirms it); the pick is
-    the fastest by the times it reports."""
+    the fastest by the times it reports (one round each: no spread, so no ties)."""
     budget, result = auto
     candidates = result["candidates"]
     assert all(c["measured_peak"] <= budget for c in candidates)

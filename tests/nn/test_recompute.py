@@ -489,13 +489,23 @@ def test_set_recompute_refuses_bad_segments(segments, error, text):
 
 @pytest.mark.parametrize(("which", "error", "text"), [
     ("some", ValueError, "recompute must be one of None, 'none', 'all', got 'some'"),
-    (1, TypeError, "recompute must be 'all', 'none', None or hidden-layer indices, got 1"),
+    (1, TypeError, r"recompute must be 'all', 'none', None, or hidden-layer indices and "
+                   r"\(first, last\) pairs, got 1"),
+    ([(0, 1, 2)], TypeError, r"a run in recompute is a \(first, last\) pair .* got \(0, 1, 2\)"),
+    ([(1, 0)], ValueError, r"a run in recompute must have first <= last, got \(1, 0\)"),
+    ([(0, 1), 1], ValueError, r"the runs in recompute overlap: \[\(0, 1\), \(1, 1\)\]"),
     ([2], ValueError, r"hidden layer in recompute must be an integer in \[0, 1\], got 2"),
     ([0.5], TypeError, "hidden layer in recompute must be an integer, got float 0.5"),
 ])
 def test_mlp_recompute_refuses_bad_choices(which, error, text):
     with pytest.raises(error, match=text):
         nn.MLP([3, 4, 4, 2], recompute=which)
+
+
+def test_mlp_runs_of_hidden_layers_as_the_planner_returns_them():
+    model = nn.MLP([3, 4, 4, 4, 2], recompute=[[0, 1], [2, 2]])
+    assert model.recompute_segments == ((0, 4), (4, 6))
+    assert model.blocks([2, (0, 1)]) == ((0, 4), (4, 6))  # sorted
 
 
 def test_mlp_blocks():
