@@ -80,7 +80,7 @@ def number(cell):
 def test_every_concepts_page_of_the_site_exists():
     assert PAGES == ["accumulation", "array-dispatch", "autodiff", "batchnorm", "contrastive",
                      "dropout", "floating-point", "loss-normalisation", "memory",
-                     "mixed-precision", "step-accounting"]
+                     "mixed-precision", "recomputation", "step-accounting"]
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -244,6 +244,30 @@ def test_memory_shrinks_with_the_micro_batch_and_the_planner_fits():
     whole, per_micro, summed = (number(r[1]) for r in table(outputs[1]))
     assert per_micro < whole / 2 < summed
     assert "chosen: `micro_batch_size=" in outputs[2]
+
+
+def test_recomputation_is_exact_the_theory_follows_it_and_batchnorm_moves_once():
+    outputs = run_page("recomputation")
+    # "parameters == those without recomputation", for every choice shown
+    assert outputs[0].count("**True**") == 3 and "**False**" not in outputs[0]
+    assert "RuntimeError" in outputs[1] and "differs from the first" in outputs[1]
+    counts = {row[0]: row for row in table(outputs[2])}
+    assert counts["PyTorch"][1] == "1 / 2" and counts["minigrad"][1] == "1 / 1"
+    assert counts["minigrad"][2] == "1.000 to 1.000"  # the statistics without recomputation
+    page = scope("recomputation", "rec")
+    reports = page["reports"]
+    none = reports["none"]
+    for name, r in reports.items():  # the measured peak within 15% above the theory
+        assert r["theory"] <= r["peak"] <= r["theory"] / 0.85, name
+        if r["theory"] < none["theory"]:
+            assert r["peak"] < none["peak"], name
+    # "a run of several layers ... saves most"; "a single wide layer ... can raise the peak"
+    assert min(reports, key=lambda name: reports[name]["peak"]) == "layers 0-1"
+    assert reports["layer 2"]["peak"] > none["peak"]
+    choice = page["choice"]
+    assert choice["measured_peak"] <= page["budget"]
+    assert all(c["measured_peak"] <= page["budget"] for c in choice["candidates"])
+    assert "`micro_batch_size=" in outputs[4]
 
 
 def test_mixed_precision_sqrt_k_flat_buffers_underflow_and_rescue():

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 STORY = ["concepts/accumulation.md", "concepts/step-accounting.md",
          "concepts/loss-normalisation.md", "concepts/batchnorm.md", "concepts/dropout.md",
-         "concepts/memory.md", "concepts/mixed-precision.md", "concepts/contrastive.md",
-         "distributed.md"]
+         "concepts/memory.md", "concepts/recomputation.md", "concepts/mixed-precision.md",
+         "concepts/contrastive.md", "distributed.md"]
 INTERNALS = ["concepts/autodiff.md", "concepts/floating-point.md", "concepts/array-dispatch.md"]
 CONCEPTS = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "concepts").glob("*.md"))
 # glossary anchor: what its one paragraph must say (beside a link to where it is shown)
@@ -40,6 +40,8 @@ TERMS = {
     "strategy": ["how one window is run", '"micro"', '"exact_batchnorm"', "user's object",
                  "concepts/accumulation.md#strategies-how-one-window-is-run"],
     "reduction": ["where a window's sums meet", "one process", "MPI"],
+    "recomputation": ["activation checkpointing", "second forward", "nn.Recompute", "equal",
+                      "once"],
 }
 # other names for the loops, which the Concepts pages do not use outside quotes (a quoted
 # label such as the demo's row "textbook mean" is the label's own name)
@@ -155,7 +157,7 @@ def test_the_home_page_keeps_the_cupy_status_honest_below():
 
 def test_start_here_lists_the_story_then_the_notebooks_then_the_internals(nav):
     assert _start_here() == STORY + _notebooks(nav) + INTERNALS
-    assert [int(Path(page).name[:2]) for page in _notebooks(nav)] == list(range(1, 12))
+    assert [int(Path(page).name[:2]) for page in _notebooks(nav)] == list(range(1, 13))
 
 
 def test_every_start_here_link_is_a_page_of_the_built_nav(nav):
