@@ -97,12 +97,12 @@ def backward(root, gradient, retain_graph=False):
     the walk, from the loss back to the inputs, and the peak is not "all activations plus
     all gradients". A second backward through a freed node raises ``RuntimeError``.
     """
-    leaves = _walk(topological_order(root), gradient, retain_graph)
+    leaves = _walk(topological_order(root), gradient, retain_graph, cast=True)
     for leaf, g in leaves:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
-def gradients(root, gradient, inputs):
+def gradients(root, gradient, inputs, *, cast=True):
     """d(root)/d(input) . gradient for each of ``inputs`` (``None`` where none reaches it),
     as ``torch.autograd.grad``: no ``.grad`` is written, and the graph is freed as
     ``backward`` frees it. ``inputs`` are leaves (Parameters, detached copies); the walk
@@ -114,8 +114,16 @@ def gradients(root, gradient, inputs):
     ``root`` may also be given as its ``topological_order(root)``, which the walk empties:
     a caller that keeps no other reference to the root then frees its array during the
     walk, as ``backward`` frees every other node's (``nn.Recompute`` does so).
+    ``cast=False`` gives each gradient in the dtype it reached the input with, not cast to
+    the input's own: the gradients a walk within a larger walk passes on (``nn.Recompute``;
+    the outer walk casts at its leaves).
     """
+    if any(t._backward is not None for t in inputs):
+        raise ValueError("gradients() takes leaves as inputs (Parameters, tensors made with "
+                         "requires_grad=True or detached); got a tensor computed from others")
     order = root if isinstance(root, list) else topological_order(root)
+    if not order:
+        return [None] * len(inputs)
     wanted = {id(t) for t in inputs}
     stray = [node for node in order if node._backward is None and id(node) not in wanted]
     if stray:
@@ -123,14 +131,15 @@ def gradients(root, gradient, inputs):
                            f"are not among the inputs, e.g. one of shape {stray[0].shape}; "
                            "pass every such tensor as an input")
     del stray
-    found = {id(leaf): g for leaf, g in _walk(order, gradient, retain_graph=False)}
+    found = {id(leaf): g for leaf, g in _walk(order, gradient, False, cast)}
     return [found.get(id(t)) for t in inputs]
 
 
-def _walk(order, gradient, retain_graph):
+def _walk(order, gradient, retain_graph, cast):
     """The reverse walk over ``order`` (``topological_order(root)``, the root last), seeded
     with ``gradient`` at the root: ``[(leaf, gradient)]`` in the order the leaves are
-    reached, nothing written. ``order`` is emptied as the walk goes."""
+    reached (``cast``: in the leaf's dtype), nothing written. ``order`` is emptied as the
+    walk goes."""
     root = order[-1]
     xp = root.xp
     grads = {id(root): gradient}
@@ -143,7 +152,7 @@ def _walk(order, gradient, retain_graph):
             continue
         rule = node._backward
         if rule is None:
-            if g.dtype != node.data.dtype:
+            if cast and g.dtype != node.data.dtype:
                 g = xp.astype(g, node.data.dtype)
             leaves.append((node, g))
             continue

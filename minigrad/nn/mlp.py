@@ -80,7 +80,7 @@ class MLP(Sequential):
     def _blocks(self, which, name):
         """``blocks(which)``, its errors naming the argument ``name`` (the constructor's
         is ``recompute``)."""
-        if which is None or isinstance(which, str):
+        if which is None or isinstance(which, (str, bytes)):
             validate.choice(name, which, (None, "none", "all"))
             return self.block_layers if which == "all" else ()
         if not hasattr(which, "__iter__"):

@@ -78,7 +78,8 @@ class Recompute(Module):
             return getattr(inner, name)
 
     def __repr__(self):
-        return "Recompute(\n  " + repr(self.module).replace("\n", "\n  ") + "\n)"
+        head = "Recompute(check=True,\n  " if self.check else "Recompute(\n  "
+        return head + repr(self.module).replace("\n", "\n  ") + "\n)"
 
 
 def recompute(module, *args, check=False, **kwargs):
@@ -89,6 +90,11 @@ def recompute(module, *args, check=False, **kwargs):
     """
     params = [p for p in module.parameters() if p.requires_grad]
     inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
+    for key, value in kwargs.items():
+        if isinstance(value, Tensor) and value.requires_grad and graph.is_grad_enabled():
+            raise TypeError(f"Recompute passes tensors that require grad positionally only; "
+                            f"keyword argument {key!r} is one: pass it as a positional "
+                            "argument so that its gradient is kept")
     if not graph.is_grad_enabled() or not (inputs or params):
         return module(*args, **kwargs)
     first = _State(module)
@@ -112,11 +118,13 @@ def recompute(module, *args, check=False, **kwargs):
             now.restore()
         _check_same(module, again, shape, dtype, expected)
         wrt = [c for c in copies if isinstance(c, Tensor) and c.requires_grad] + params
+        if not again.requires_grad:  # a constant output: nothing flows back through it
+            return (None,) * len(wrt) if len(wrt) > 1 else None
         # Handed over as its order, with no other reference kept: the walk frees the
         # recomputed output as soon as its node is done, like every other activation.
         order = graph.topological_order(again)
         del again, copies
-        grads = graph.gradients(order, g, wrt)
+        grads = graph.gradients(order, g, wrt, cast=False)  # the outer walk casts at leaves
         return grads[0] if len(grads) == 1 else tuple(grads)
 
     return primitive(data, (*inputs, *params), backward)
@@ -145,13 +153,22 @@ def _same(xp, a, b):
     return bool(xp.all(same))
 
 
+def _copy(value):
+    """An array's copy (in its namespace); anything else as it is."""
+    if backend.is_array(value):
+        return backend.get_namespace(value).asarray(value, copy=True)
+    return value
+
+
 class _State:
     """What a forward reads besides its arguments and parameters: every module's training
     flag and buffers, each Dropout's call count, the dropout keys and the grad mode."""
 
     def __init__(self, module):
-        self.modules = [(m, m.training, dict(m._buffers), getattr(m, "calls", None)
-                         if isinstance(m, dropout.Dropout) else None)
+        # Copies of the buffers: a layer may update one in place (x *= 0.9), not only replace
+        # it as BatchNorm does. They are small (statistics), so copying is cheap.
+        self.modules = [(m, m.training, {k: _copy(v) for k, v in m._buffers.items()},
+                         getattr(m, "calls", None) if isinstance(m, dropout.Dropout) else None)
                         for _, m in module.named_modules()]
         self.keys = dropout.current_keys()
         self.grad_enabled = graph.is_grad_enabled()
@@ -163,6 +180,6 @@ class _State:
         graph.set_grad_enabled(self.grad_enabled)
         for m, training, buffers, calls in self.modules:
             object.__setattr__(m, "training", training)
-            m._buffers.update(buffers)
+            m._buffers.update({k: _copy(v) for k, v in buffers.items()})  # kept unwritten
             if calls is not None:
                 m.calls = calls
