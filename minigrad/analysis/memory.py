@@ -265,17 +265,26 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
         raise ValueError(f"theoretical_peak covers ReLU MLPs with cross-entropy or MSE and "
                          f"SGD, Adam or AdamW: {reason}")
     sizes = check_sizes(sizes, x.shape[0])
+    return peak_of_micro_batches(model, loss_fn, optimizer, x.dtype,
+                                 {(n, j > 0) for j, n in enumerate(sizes)})
+
+
+def peak_of_micro_batches(model, loss_fn, optimizer, dtype, micro_batches):
+    """``theoretical_peak`` for arguments it covers, unchecked, from the micro-batches as a
+    set of ``(size, later)`` pairs (``later``: not the window's first, so the sum so far
+    is alive beside it) and the data's ``dtype``: what the planner evaluates thousands of
+    times, once per split and choice of recomputed runs."""
     linears = list(model)[::2]
     hidden = [layer.out_features for layer in linears[:-1]]
     widths = hidden + [linears[-1].out_features]
     classes = widths[-1]
-    s = np.result_type(x.dtype, linears[0].weight.dtype).itemsize
+    s = np.result_type(dtype, linears[0].weight.dtype).itemsize
     grads = [layer.weight.data.nbytes + layer.bias.data.nbytes for layer in linears]
     total = sum(grads)
     head = _HEAD_ARRAYS[type(as_loss(loss_fn))]
     segment = _recomputed(model)
     peak = _update_peak(optimizer, total)
-    for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
+    for n, later in micro_batches:
         walk = [n * s * (sum(_kept(hidden, segment)) + head * classes)]
         for i, d in enumerate(hidden):
             above = sum(grads[i + 1:])

@@ -14,23 +14,14 @@ that line to two measured micro-batch sizes and verifies its choice by measuring
 (256000000, 1536, '41.2 MiB')
 """
 
-import copy
-import itertools
 import math
 import re
-import statistics
-import time
 from fractions import Fraction
 
 from minigrad import nn
-from minigrad.accumulate import split_sizes, step
-from minigrad.analysis.memory import (
-    _not_covered,
-    check_update,
-    copy_update,
-    theoretical_peak,
-    update_memory,
-)
+from minigrad.accumulate import split_sizes
+from minigrad.analysis import recompute_choice
+from minigrad.analysis.memory import check_update, copy_update, update_memory
 from minigrad.engine import validate
 
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
@@ -77,7 +68,6 @@ def format_bytes(size):
 
 
 RECOMPUTE = ("none", "all", "auto")
-SHORTLIST = 4  # recompute choices measured by ``recompute="auto"``
 
 
 def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rounds=3):
@@ -101,9 +91,9 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rou
     memory and time, never the update (``nn.Recompute``), so the choice is the fastest
     update that fits: for every way of recomputing runs of consecutive hidden layers,
     ``theoretical_peak`` gives the largest m that fits; of the choices that reach the same
-    m only the one recomputing the fewest multiply-adds stays, and the ``SHORTLIST`` with
-    the largest m are planned as above, measured, and timed (the least of ``rounds``
-    steps, interleaved). Choices whose times lie within the rounds' own spread of the
+    m only the one recomputing the fewest multiply-adds stays, and the few with the largest
+    m (``recompute_choice.SHORTLIST``) are planned as above, measured, and timed (the least
+    of ``rounds`` steps, interleaved). Choices whose times lie within the rounds' own spread of the
     fastest (how far the median of one step's rounds fell from their least) are taken as
     equally fast, and of those the one that recomputes the fewest multiply-adds wins.
     Where the theory does not cover the model, "auto" weighs "none" and "all". The
@@ -145,7 +135,7 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rou
                         f"recompute='none'")
     every = [(k, k) for k in range(len(model.block_layers))]
     choices = [every] if recompute == "all" else \
-        _shortlist(model, loss_fn, optimizer, x, budget)
+        recompute_choice.shortlist(model, loss_fn, optimizer, x, budget)
     planned, smallest = [], None
     for runs in choices:
         try:
@@ -157,10 +147,11 @@ def plan(model, loss_fn, optimizer, x, y, budget_bytes, *, recompute="none", rou
                         "segments": [list(s) for s in _segments(model, runs)]})
     if not planned:
         raise BudgetTooSmall(budget, *smallest)
-    spread = _time(model, loss_fn, optimizer, x, y, planned, rounds)
+    spread = recompute_choice.time_choices(model, loss_fn, optimizer, x, y, planned, rounds)
     fastest = min(r["seconds_per_update"] for r in planned)
     ties = [r for r in planned if r["seconds_per_update"] <= fastest * (1 + spread)]
-    best = min(ties, key=lambda r: (_work(model, r["recompute"]), -r["micro_batch_size"]))
+    best = min(ties, key=lambda r: (recompute_choice.work(model, r["recompute"]),
+                                    -r["micro_batch_size"]))
     keys = ("recompute", "micro_batch_size", "measured_peak", "seconds_per_update",
             "seconds_without_recompute")
     return {**best, "candidates": [{k: r[k] for k in keys} for r in planned]}
@@ -206,98 +197,6 @@ def _with_segments(model, optimizer, segments):
 def _segments(model, runs):
     """Hidden-layer runs ``[(first, last), ...]`` as the MLP's layer runs."""
     return list(model.blocks(runs))
-
-
-def _run_sets(count):
-    """Every set of disjoint runs of consecutive hidden layers among ``count``, as sorted
-    ``[(first, last), ...]``: each layer is kept, starts a run or continues one."""
-    for marks in itertools.product((0, 1, 2), repeat=count):  # kept, starts, continues
-        if any(mark == 2 and (k == 0 or marks[k - 1] == 0) for k, mark in enumerate(marks)):
-            continue
-        runs = []
-        for k, mark in enumerate(marks):
-            if mark == 1:
-                runs.append([k, k])
-            elif mark == 2:
-                runs[-1][1] = k
-        yield [tuple(r) for r in runs]
-
-
-def _shortlist(model, loss_fn, optimizer, x, budget):
-    """``recompute="auto"``'s choices to measure (see ``plan``): by the theory where it
-    covers the model (at most 8 hidden layers: 3^8 marks), else nothing and everything."""
-    count = len(model.block_layers)
-    if _not_covered(model, loss_fn, optimizer) is not None or count > 8:
-        return [[], [(k, k) for k in range(count)]]
-    n = x.shape[0]
-    best = {}  # largest fitting m -> (multiply-adds recomputed, runs)
-    for runs in _run_sets(count):
-        probe = copy.copy(model)
-        object.__setattr__(probe, "recompute_segments", tuple(_segments(model, runs)))
-        m = _largest_by_theory(probe, loss_fn, optimizer, x, budget, n)
-        work = _work(model, runs)
-        if m and (m not in best or work < best[m][0]):
-            best[m] = (work, runs)
-    front, least = [], math.inf
-    for m in sorted(best, reverse=True):  # a larger m recomputing less would dominate
-        work, runs = best[m]
-        if work < least:
-            front.append(runs)
-            least = work
-    return front[:SHORTLIST] or [[]]
-
-
-def _work(model, runs):
-    """Multiply-adds per sample that recomputing ``runs`` adds: each recomputed hidden
-    layer's Linear again."""
-    return sum(model.sizes[k] * model.sizes[k + 1] for first, last in runs
-               for k in range(first, last + 1))
-
-
-def _largest_by_theory(model, loss_fn, optimizer, x, budget, n):
-    """The largest m in [1, n] whose ``theoretical_peak`` fits ``budget`` (0 if none), by
-    bisection on the peak of the even split's largest micro-batch."""
-    def fits(m):
-        return theoretical_peak(model, loss_fn, optimizer, x, split_sizes(n, micro_batch_size=m)
-                                ) <= budget
-    if not fits(1):
-        return 0
-    lo, hi = 1, n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
-
-
-def _time(model, loss_fn, optimizer, x, y, planned, rounds):
-    """Adds ``seconds_per_update`` (the least of ``rounds`` steps, after one untimed) and
-    ``seconds_without_recompute`` (the same micro-batch size, nothing recomputed) to each
-    record of ``planned``; the steps of all records are interleaved. Returns the rounds'
-    spread: the largest (median - least) / least over the records, how far apart two
-    timings of one step fell in this run."""
-    runs = []
-    for record in planned:
-        for key, segments in (("seconds_per_update", record["segments"]),
-                              ("seconds_without_recompute", [])):
-            if key == "seconds_without_recompute" and not record["segments"]:
-                continue  # the same step as above: copied below
-            copied, opt = copy_update(model, optimizer)
-            copied.set_recompute([tuple(s) for s in segments])
-            runs.append((record, key, copied, opt, record["micro_batch_size"], []))
-    for first in (True, *([False] * rounds)):
-        for _, _, copied, opt, m, times in runs:
-            start = time.perf_counter()
-            step(copied, loss_fn, opt, x, y, micro_batch_size=m)
-            if not first:
-                times.append(time.perf_counter() - start)
-    spread = 0.0
-    for record, key, _, _, _, times in runs:
-        record[key] = min(times)
-        spread = max(spread, statistics.median(times) / min(times) - 1)
-    for record in planned:
-        if not record["segments"]:
-            record["seconds_without_recompute"] = record["seconds_per_update"]
-    return spread
 
 
 def _largest_below(a, b, budget, n):

@@ -19,8 +19,9 @@ from equivalence_checks import replay_with_bound
 
 from minigrad import nn, optim
 from minigrad.accumulate import split_sizes, step
-from minigrad.analysis.memory import PYTHON_OBJECTS, update_memory
-from minigrad.analysis.planner import BudgetTooSmall, _run_sets, format_bytes, parse_bytes, plan
+from minigrad.analysis.memory import PYTHON_OBJECTS, peak_bytes, update_memory
+from minigrad.analysis.planner import BudgetTooSmall, format_bytes, parse_bytes, plan
+from minigrad.analysis.recompute_choice import micro_batches, run_sets
 
 SIZES, N = [8, 512, 4], 64
 RNG = np.random.default_rng(0)
@@ -214,11 +215,37 @@ def test_the_run_sets_are_every_set_of_disjoint_runs():
     K(n) sets whose last layer is kept and R(n) whose last is in a run, K(n) = K + R and
     R(n) = K + 2R of n - 1: 2, 5, 13, 34 sets for 1 to 4 layers, all different."""
     for count, expected in zip(range(1, 5), (2, 5, 13, 34)):
-        sets = [tuple(runs) for runs in _run_sets(count)]
+        sets = [tuple(runs) for runs in run_sets(count)]
         assert len(sets) == len(set(sets)) == expected
         for runs in sets:
             layers = [k for a, b in runs for k in range(a, b + 1)]
             assert layers == sorted(set(layers)) and all(a <= b for a, b in runs)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 100])
+def test_the_micro_batch_pairs_are_those_of_the_split(n):
+    for m in range(1, n + 1):
+        sizes = split_sizes(n, micro_batch_size=m)
+        assert micro_batches(n, m) == {(size, j > 0) for j, size in enumerate(sizes)}
+
+
+def test_auto_ignores_the_models_own_runs_and_times_on_one_copy():
+    """The caller's runs (here one the theory does not cover, through the last Linear) play
+    no part in the choices; and the timing holds one copy of the model, not one per choice:
+    the planner's own peak stays within the budget plus one model and optimizer copy."""
+    budget = (deep_measured(100, []) + deep_measured(101, [])) // 2
+    plain = deep_planned(budget, "auto")
+    model = nn.MLP(DEEP, seed=0).set_recompute([(6, 9)])
+    result = plan(model, nn.CrossEntropyLoss(), sgd(model), DX, DY, budget, recompute="auto",
+                  rounds=1)
+    assert [c["recompute"] for c in result["candidates"]] == \
+        [c["recompute"] for c in plain["candidates"]]
+    assert model.recompute_segments == ((6, 9),)
+    fresh = nn.MLP(DEEP, seed=0)
+    copies = 2 * sum(p.data.nbytes for p in fresh.parameters())  # parameters and gradients
+    _, own = peak_bytes(plan, fresh, nn.CrossEntropyLoss(), sgd(fresh), DX, DY, budget,
+                        recompute="auto", rounds=1)
+    assert own <= budget + copies + PYTHON_OBJECTS * 20
 
 
 def test_bad_recompute_arguments_are_refused():
