@@ -17,8 +17,8 @@ import importlib
 
 __all__ = ["batchnorm", "bounds", "check", "claims", "communication", "contrastive",
            "contrastive_check", "costs", "equivalence", "exact", "explorer_extras", "libraries",
-           "memory", "metrics", "norm_training", "pitfalls", "planner", "recompute_choice",
-           "reference", "trajectory"]
+           "memory", "memory_theory", "metrics", "norm_training", "pitfalls", "planner",
+           "recompute_choice", "reference", "trajectory"]
 
 
 def __getattr__(name):

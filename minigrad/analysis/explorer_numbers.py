@@ -6,7 +6,7 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients, split_sizes
-from minigrad.analysis import bounds, memory, metrics
+from minigrad.analysis import bounds, memory_theory, metrics
 from minigrad.analysis.explorer_controls import control, key, positive_ints
 from minigrad.engine import backend, validate
 
@@ -81,7 +81,7 @@ def _update_arrays(optimizer):
     kind = "adam"
     if isinstance(optimizer, optim.SGD):
         kind = "sgd" if h["momentum"] == 0 else "nesterov" if h["nesterov"] else "momentum"
-    t, r = memory._UPDATE_ARRAYS[kind]
+    t, r = memory_theory.UPDATE_ARRAYS[kind]
     return t + (h["weight_decay"] != 0), r
 
 
@@ -117,5 +117,5 @@ def memory_explorer(sizes="784,256,256,10", batch_sizes=(64, 128, 256, 512, 1024
                          [f"{b} MiB" if b < 1024 else f"{b // 1024} GiB" for b in budgets])]
     return {"controls": controls, "formula": {
         "itemsize": {d: np.dtype(d).itemsize for d in ("float32", "float64")},
-        "head": {name: memory._HEAD_ARRAYS[cls] for name, (_, cls) in MEMORY_LOSSES.items()},
+        "head": {name: memory_theory.HEAD_ARRAYS[cls] for name, (_, cls) in MEMORY_LOSSES.items()},
         "optimizers": kinds}}

@@ -18,7 +18,8 @@ import statistics
 import time
 
 from minigrad.accumulate import step
-from minigrad.analysis.memory import _not_covered, copy_update, peak_of_micro_batches
+from minigrad.analysis.memory import copy_update
+from minigrad.analysis.memory_theory import not_covered, peak_of_micro_batches
 
 SHORTLIST = 4  # choices measured by ``plan(recompute="auto")``
 
@@ -45,7 +46,7 @@ def shortlist(model, loss_fn, optimizer, x, budget):
     count = len(model.block_layers)
     plain = copy.copy(model)
     object.__setattr__(plain, "recompute_segments", ())
-    if _not_covered(plain, loss_fn, optimizer) is not None or count > 8:
+    if not_covered(plain, loss_fn, optimizer) is not None or count > 8:
         return [[], [(k, k) for k in range(count)]]
     best = {}  # largest fitting m -> (multiply-adds recomputed, runs)
     for runs in run_sets(count):
