@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
+_package_digest = runpy.run_path(str(ROOT / "scripts" / "notebooks.py"))["package_digest"]
 CACHE = ROOT / "build" / "docs" / "commands"
 FIGURE = "assets/generated/demo.png"
 
@@ -59,12 +61,9 @@ log = logging.getLogger(f"mkdocs.hooks.{__name__}")
 
 
 def _source_key() -> str:
-    """SHA-256 of the package's source: what the commands' outputs depend on."""
-    digest = hashlib.sha256()
-    for source in sorted((ROOT / "minigrad").rglob("*.py")):
-        digest.update(str(source.relative_to(ROOT)).encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()
+    """SHA-256 of the package's source: what the commands' outputs depend on (``package_digest`` of
+    scripts/notebooks.py, the one definition)."""
+    return _package_digest().hexdigest()
 
 
 _source = {"key": ""}  # taken once per build, so that one build reads what it ran

@@ -18,7 +18,6 @@ what minigrad computed while the site was built. A page asks for one by writing
 
 from __future__ import annotations
 
-import hashlib
 import html
 import importlib.metadata
 import importlib.util
@@ -26,6 +25,7 @@ import json
 import logging
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -40,6 +40,7 @@ from mkdocs.utils import get_relative_url
 from minigrad.analysis.explorers import EXPLORERS
 
 ROOT = Path(__file__).resolve().parent.parent
+_package_digest = runpy.run_path(str(ROOT / "scripts" / "notebooks.py"))["package_digest"]
 CACHE = ROOT / "build" / "docs" / "explorers"
 MARKER = re.compile(r"<!-- explorer: ([\w-]+) -->")
 PLOTLY = "assets/plotly"
@@ -49,12 +50,9 @@ _run: dict = {}  # this build's data folder and, while it computes, the subproce
 
 
 def _source_key() -> str:
-    """SHA-256 of the package's source: what the explorers' data depend on."""
-    digest = hashlib.sha256()
-    for source in sorted((ROOT / "minigrad").rglob("*.py")):
-        digest.update(str(source.relative_to(ROOT)).encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()
+    """SHA-256 of the package's source: what the explorers' data depend on (``package_digest`` of
+    scripts/notebooks.py, the one definition)."""
+    return _package_digest().hexdigest()
 
 
 def _plotly_files() -> dict[str, Path]:

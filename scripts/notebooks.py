@@ -31,13 +31,20 @@ def notebooks() -> list[Path]:
     return sorted(SOURCE.glob("[0-9][0-9]_*.ipynb"))
 
 
-def key(path: Path) -> str:
-    """SHA-256 of the notebook and of the package's source: what its outputs depend on."""
-    digest = hashlib.sha256(path.read_bytes())
+def package_digest(digest=None):
+    """``digest`` (a new SHA-256 when None) fed every source file of the package, path and
+    bytes: what computed outputs depend on. The notebooks' keys, and the site hooks' caches
+    of the explorers' data and the commands' outputs, all take it from here."""
+    digest = hashlib.sha256() if digest is None else digest
     for source in sorted((ROOT / "minigrad").rglob("*.py")):
         digest.update(str(source.relative_to(ROOT)).encode())
         digest.update(source.read_bytes())
-    return digest.hexdigest()
+    return digest
+
+
+def key(path: Path) -> str:
+    """SHA-256 of the notebook and of the package's source: what its outputs depend on."""
+    return package_digest(hashlib.sha256(path.read_bytes())).hexdigest()
 
 
 def execute(path: Path, out_dir: Path = BUILD, reuse: bool = True) -> tuple[Path, float]:
