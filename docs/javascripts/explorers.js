@@ -103,6 +103,17 @@
              line: { dash: "dot", width: 1, color: "#9e9e9e" } };
   }
 
+  // Two panels side by side over the micro-batch sizes ms (log axis), the chosen m marked
+  // in both; yaxis and yaxis2 are the left and right panels' vertical axes.
+  function microBatchPanels(ms, m, yaxis, yaxis2) {
+    function sizes() {
+      return { type: "log", tickvals: ms, title: { text: "micro-batch size m" } };
+    }
+    return { grid: { rows: 1, columns: 2, pattern: "independent" }, height: 400,
+             xaxis: sizes(), yaxis: yaxis, xaxis2: sizes(), yaxis2: yaxis2,
+             shapes: [marker("x", m), marker("x2", m)] };
+  }
+
   // ----- the controls ---------------------------------------------------------------------
   // Numeric values get a slider over their positions, names a select.
   function gridControl(spec, index, onChange) {
@@ -203,16 +214,9 @@
       var m = sizes[state.index.micro];
       return {
         traces: traces,
-        layout: {
-          grid: { rows: 1, columns: 2, pattern: "independent" }, height: 400,
-          xaxis: { type: "log", tickvals: sizes, title: { text: "micro-batch size m" } },
-          yaxis: { type: "log", exponentformat: "power",
-                   title: { text: "gradient relative error" } },
-          xaxis2: { type: "log", tickvals: sizes, title: { text: "micro-batch size m" } },
-          yaxis2: { type: "log", exponentformat: "power",
-                    title: { text: "running-statistics drift" } },
-          shapes: [marker("x", m), marker("x2", m)],
-        },
+        layout: microBatchPanels(sizes, m,
+          { type: "log", exponentformat: "power", title: { text: "gradient relative error" } },
+          { type: "log", exponentformat: "power", title: { text: "running-statistics drift" } }),
       };
     },
   };
@@ -323,15 +327,9 @@
       var m = ms[state.index.micro];
       return {
         traces: traces,
-        layout: {
-          grid: { rows: 1, columns: 2, pattern: "independent" }, height: 400,
-          xaxis: { type: "log", tickvals: ms, title: { text: "micro-batch size m" } },
-          yaxis: { type: "log", exponentformat: "power",
-                   title: { text: "relative gradient gap" } },
-          xaxis2: { type: "log", tickvals: ms, title: { text: "micro-batch size m" } },
-          yaxis2: { rangemode: "tozero", title: { text: "negatives per query" } },
-          shapes: [marker("x", m), marker("x2", m)],
-        },
+        layout: microBatchPanels(ms, m,
+          { type: "log", exponentformat: "power", title: { text: "relative gradient gap" } },
+          { rangemode: "tozero", title: { text: "negatives per query" } }),
       };
     },
   };
