@@ -1,11 +1,33 @@
-"""Does *your* PyTorch accumulation loop give the full-batch gradient? ``check_accumulation``.
+"""Does *your* PyTorch accumulation loop make the full-batch update? ``check_accumulation``.
 
-It runs the user's ``train_step(model, x, y)`` (a micro-batch loop that leaves the window's
-gradient in ``.grad``) and a full-batch reference, ``loss_fn(model(x), y).backward()`` with
-``loss_fn`` a mean over items, from deep copies of the same state and the same torch seed,
-and compares them parameter by parameter against the derived rounding bound of
-``minigrad.interop.torch_bound``. It runs the step twice: a gap between those two runs is
-randomness. The user's model, optimizer, scheduler and torch's RNG state are never changed.
+It runs the user's ``train_step(model, x, y[, optimizer[, scheduler]][, scaler])`` (one
+window: micro-batches, and with an optimizer the update) and a full-batch reference on deep
+copies of the same state from the same torch seed, and answers in three values:
+
+* ``True``: the gradient ``optimizer.step()`` saw is the full batch's within the derived
+  rounding bound (``minigrad.interop.torch_bound``), the bound is *decisive*, and the update
+  is the full batch's exactly: one step, from the window's starting parameters and optimizer
+  state, with the full batch's hyperparameters, leaving the scheduler and the scaler where
+  the full batch leaves them (``minigrad.interop.torch_verdict``);
+* ``False``: something differs, each cause confirmed by a measurement or by a run without it
+  (``minigrad.interop.torch_causes``);
+* ``None``: no verdict, and why (a zero gradient, or a bound that is not decisive even on
+  float64 copies).
+
+**Decisive.** A wrong loop is caught for sure when its gradient differs from g by more than
+the bound b in 2-norm (every entry within b implies |g_acc - g|_2 <= |b|_2). The smallest
+mistake of the normaliser, counting one item too many or too few, moves g by |g|_2 / (n + 1)
+(n the window's items). So ``True`` needs |b|_2 < |g|_2 / (n + 1): then a normaliser off by
+one item, and any larger change, fails the check. Where that cannot hold, the check does not
+say ``True``.
+
+**Precision.** A float16 or bfloat16 model's bound is larger than its gradient, so the check
+runs on float64 copies of the model, the optimizer state, the data and the step (the
+report's ``dtype`` and ``verdict`` say so): it checks the loop's arithmetic, not the
+rounding of low precision. A float32 model is checked in float32 where the bound can be
+decisive (2 gamma_{N+1} < 1 / (n + 1) at least) and on float64 copies where it cannot, or
+where a float32 gap has no confirmed cause. The user's model, optimizer, scheduler, scaler,
+tensors and torch's random state (CPU and CUDA) are never changed.
 """
 
 from __future__ import annotations
@@ -22,36 +44,57 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
                       "`pip install 'minigrad[torch]'` (or torch itself)") from error
 
 # after the torch check, so that a missing torch gets the message above
-from minigrad.interop.torch_bound import clipped_bound, gradient_bound  # noqa: E402
+from minigrad.interop.torch_bound import UNIT_ROUNDOFF, count_items, gamma  # noqa: E402
+from minigrad.interop.torch_causes import counterfactual, measured  # noqa: E402
+from minigrad.interop.torch_runs import (  # noqa: E402
+    Start,
+    TrainStepError,
+    calling_convention,
+    check_signature,
+    run,
+)
+from minigrad.interop.torch_verdict import (  # noqa: E402
+    ParameterGap,
+    gaps,
+    reference_bound,
+    seen_gradient,
+    update_causes,
+    within,
+)
 
-__all__ = ["ParameterGap", "TorchReport", "check_accumulation", "gradient_bound"]
-
-
-@dataclass
-class ParameterGap:
-    """One parameter: the largest |g_acc - g_ref|, the bound there, and their worst ratio."""
-
-    gap: float
-    bound: float
-    ratio: float
+__all__ = ["ParameterGap", "TorchReport", "TrainStepError", "check_accumulation"]
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 @dataclass
 class TorchReport:
-    """What ``check_accumulation`` found: ``equivalent`` is True when every gap is within its
-    bound (and, with an optimizer, it stepped once with the reference's learning rates)."""
+    """What ``check_accumulation`` found. ``equivalent``: True, False or None (no verdict);
+    ``verdict``: the sentence to act on; ``parameters``: name -> ``ParameterGap`` (gap and
+    bound, and the bound against the gradient's norm); ``causes``: why not, each confirmed;
+    ``resolution``: |b|_2 / |g|_2, decisive below ``threshold`` = 1 / (n + 1); ``dtype``: the
+    dtype the verdict was reached in."""
 
+    equivalent: bool | None
+    verdict: str
     parameters: dict[str, ParameterGap]
-    equivalent: bool
     causes: list[str] = field(default_factory=list)
     optimizer_steps: int | None = None
+    items: int = 0
+    resolution: float = math.nan
+    threshold: float = math.nan
+    dtype: str = ""
 
     def __str__(self):
-        rows = ["| parameter | max gap | bound | gap / bound |", "|---|---|---|---|"]
-        rows += [f"| {name} | {p.gap:.1e} | {p.bound:.1e} | {p.ratio:.2g} |"
+        rows = ["| parameter | max gap | bound | gap / bound | |g| | |b| / |g| |",
+                "|---|---|---|---|---|---|"]
+        rows += [f"| {name} | {p.gap:.1e} | {p.bound:.1e} | {p.ratio:.2g} | "
+                 f"{p.grad_norm:.2e} | {_ratio(p.bound_norm, p.grad_norm):.1e} |"
                  for name, p in self.parameters.items()]
-        verdict = "equivalent" if self.equivalent else "NOT equivalent"
-        return "\n".join([f"verdict: {verdict}", *rows, *(f"- {c}" for c in self.causes)])
+        return "\n".join([f"verdict: {self.verdict}", *rows, *(f"- {c}" for c in self.causes)])
+
+
+def _ratio(a, b):
+    return a / b if b > 0 else (math.inf if a > 0 else math.nan)
 
 
 def _require(name, value, ok, allowed):
@@ -59,11 +102,11 @@ def _require(name, value, ok, allowed):
         raise TypeError(f"{name} must be {allowed}, got {value!r}"[:300])
 
 
-def _validate(model, loss_fn, x, y, train_step, optimizer, scheduler, max_norm, seed):
+def _validate(model, loss_fn, x, y, train_step, optimizer, scheduler, scaler, max_norm, seed):
     _require("model", model, isinstance(model, torch.nn.Module), "a torch.nn.Module")
     _require("loss_fn", loss_fn, callable(loss_fn), "a callable loss_fn(output, y), a mean")
     _require("train_step", train_step, callable(train_step),
-             "a callable train_step(model, x, y[, optimizer[, scheduler]])")
+             "a callable train_step(model, x, y[, optimizer[, scheduler]][, scaler])")
     for name, value in (("x", x), ("y", y)):
         _require(name, value, isinstance(value, torch.Tensor), "a torch.Tensor")
     if x.ndim == 0 or x.shape[0] < 1 or y.ndim == 0 or y.shape[0] != x.shape[0]:
@@ -71,81 +114,116 @@ def _validate(model, loss_fn, x, y, train_step, optimizer, scheduler, max_norm, 
                          f"got x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)}")
     _require("optimizer", optimizer, optimizer is None
              or isinstance(optimizer, torch.optim.Optimizer), "None or a torch.optim.Optimizer")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model must have a parameter that requires grad, got a model whose "
+                         "every parameter is frozen: there is no gradient to compare")
     if optimizer is not None:
         mine = {id(p) for p in model.parameters()}
-        theirs = [p for g in optimizer.param_groups for p in g["params"]]
-        if any(id(p) not in mine for p in theirs):
+        if any(id(p) not in mine for g in optimizer.param_groups for p in g["params"]):
             raise ValueError("optimizer must update parameters of model, got an optimizer "
                              "holding parameters that model does not have")
     _require("scheduler", scheduler, scheduler is None or (
         optimizer is not None and getattr(scheduler, "optimizer", None) is optimizer),
         "None, or an LR scheduler of the given optimizer")
+    _require("scaler", scaler, scaler is None or (
+        optimizer is not None and isinstance(scaler, torch.amp.GradScaler)),
+        "None, or a torch.amp.GradScaler (with an optimizer given)")
     if max_norm is not None and not (isinstance(max_norm, numbers.Real) and max_norm > 0):
         raise ValueError(f"max_norm must be None or a positive number, got {max_norm!r}")
     _require("seed", seed, isinstance(seed, int) and not isinstance(seed, bool), "an int")
+    reduction = getattr(loss_fn, "reduction", "mean")
+    if reduction != "mean":
+        raise ValueError(f"loss_fn must be a mean over items (reduction='mean'), got "
+                         f"reduction={reduction!r}: the full batch's gradient is the mean's")
+    dtypes = {p.dtype for p in params}
+    if x.is_floating_point() and x.dtype not in dtypes:
+        raise TypeError(f"x must have the model's dtype {sorted(map(str, dtypes))}, got "
+                        f"x of dtype {x.dtype}: the step would cast or fail")
+    devices = {p.device for p in params} | {x.device, y.device}
+    if len(devices) > 1:
+        raise ValueError(f"model, x and y must be on one device, got {sorted(map(str, devices))}")
+    if count_items(loss_fn, y) == 0:
+        ignore = getattr(loss_fn, "ignore_index", -100)
+        raise ValueError(f"y must hold at least one item, got every target equal to "
+                         f"ignore_index={ignore}: the mean over items is undefined")
 
 
-def _copies(model, optimizer, scheduler):
-    """Deep copies that share nothing with the user's objects. An optimizer's copy loses the
-    wrapper its scheduler puts on ``step`` (``Optimizer.__getstate__`` keeps only its state),
-    so the copy gets one, or every ``scheduler.step()`` would warn."""
-    model, optimizer, scheduler = copy.deepcopy((model, optimizer, scheduler))
-    if scheduler is not None:
-        opt = optimizer
-
-        def step(*args, **kwargs):
-            opt._opt_called = True
-            return type(opt).step(opt, *args, **kwargs)
-
-        step._wrapped_by_lr_sched = True
-        opt.step = step
-    for p in model.parameters():
-        p.grad = None
-    return model, optimizer, scheduler
+@dataclass
+class _Context:
+    start: Start
+    loss_fn: object
+    x: torch.Tensor
+    y: torch.Tensor
+    train_step: object
+    max_norm: float | None
+    seed: int
+    bound: dict | None = None
 
 
-def _run(model, x, y, train_step, optimizer, scheduler, seed):
-    """Gradients (name -> float64) the window produced, its steps and learning rates."""
-    model, optimizer, scheduler = _copies(model, optimizer, scheduler)
-    names = {id(p): name for name, p in model.named_parameters()}
-    seen = []
-    if optimizer is not None:
-        def record(opt, args, kwargs):
-            seen.append(({names[id(p)]: p.grad.double().clone() for g in opt.param_groups
-                          for p in g["params"] if p.grad is not None},
-                         [g["lr"] for g in opt.param_groups]))
-        optimizer.register_step_pre_hook(record)
-    torch.manual_seed(seed)
-    args = [a for a in (optimizer, scheduler) if a is not None]
-    train_step(model, x, y, *args)
-    if optimizer is None:
-        grads = {name: (torch.zeros_like(p) if p.grad is None else p.grad).double()
-                 for name, p in model.named_parameters() if p.requires_grad}
-        return grads, None, None
-    grads, lrs = seen[0] if seen else ({}, None)
-    return grads, len(seen), lrs
+def _guarded(train_step, convention, where):
+    def call(*args):
+        try:
+            return train_step(*args)
+        except Exception as error:
+            raise TrainStepError(f"train_step raised {type(error).__name__}: {error} (called "
+                                 f"as {convention} on {where})") from error
+    return call
 
 
-def _reference(model, loss_fn, x, y, optimizer, scheduler, max_norm, seed):
-    def full_batch(model, x, y, *args):
-        loss_fn(model(x), y).backward()
-        if max_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        if args:
-            args[0].step()
-    return _run(model, x, y, full_batch, optimizer, scheduler, seed)
+def _judge(ctx, n, dtype_name):
+    """One full check in the context's dtype: (TorchReport, whether float64 should decide)."""
+    ref, ctx.bound = reference_bound(ctx.start, ctx.loss_fn, ctx.x, ctx.y, ctx.max_norm,
+                                     ctx.seed, (), n)
+    acc = run(ctx.start, ctx.x, ctx.y, ctx.train_step, ctx.seed)
+    g_ref, g_acc = seen_gradient(ref), seen_gradient(acc)
+    parameters = gaps(g_acc, g_ref, ctx.bound)
+    g_norm = math.sqrt(sum(p.grad_norm ** 2 for p in parameters.values()))
+    b_norm = math.sqrt(sum(p.bound_norm ** 2 for p in parameters.values()))
+    resolution, threshold = _ratio(b_norm, g_norm), 1 / (n + 1)
+
+    def report(equivalent, verdict, causes=()):
+        return TorchReport(equivalent, verdict, parameters, list(causes), acc.steps, n,
+                           resolution, threshold, dtype_name)
+
+    causes = update_causes(ctx.start, acc, ref)
+    if causes and causes[0].startswith("train_step changed the parameters"):
+        return report(None, "no verdict: " + causes[0]), False
+    if not causes and not acc.grads and any(p.grad_norm > 0 for p in parameters.values()):
+        causes = ["train_step left no gradient: it never called backward (or set .grad to "
+                  "None before the step)"]
+    if not causes and not within(parameters):
+        cause = measured(g_acc, g_ref, ctx.bound, ctx.start)
+        causes = [cause] if cause else counterfactual(ctx, acc)
+        if causes[0].startswith("unexplained") and dtype_name != "torch.float64":
+            return report(False, "NOT equivalent: " + causes[0], causes), True
+    if causes:
+        return report(False, "NOT equivalent: " + "; ".join(causes), causes), False
+    if g_norm == 0:
+        return report(None, "no verdict: the full-batch gradient is zero (a loss that is "
+                      "identically zero, or no parameter it depends on), so no loop could "
+                      "have failed"), False
+    if not resolution < threshold:
+        return report(None, f"no verdict: the rounding bound is {resolution:.1e} of the "
+                      f"gradient's norm in {dtype_name}, not below one item's share 1/(n+1) "
+                      f"= {threshold:.1e} (n = {n} items): a wrong normaliser could hide in "
+                      "it"), dtype_name != "torch.float64"
+    return report(True, f"equivalent: the update IS the full batch's (every gradient entry "
+                  f"within its rounding bound, which is {resolution:.1e} of the gradient's "
+                  f"norm, below one item's share {threshold:.1e}; one optimizer step with "
+                  "the full batch's hyperparameters, scheduler and scaler)"), False
 
 
 def check_accumulation(model, loss_fn, x, y, train_step, *, optimizer=None, scheduler=None,
-                       max_norm=None, seed=0):
-    """Compare ``train_step``'s gradient with the full-batch one; a ``TorchReport``.
+                       scaler=None, max_norm=None, seed=0):
+    """Is ``train_step``'s window the full-batch update? A ``TorchReport`` (module docstring).
 
     ``train_step(model, x, y)`` runs one window on the copy of ``model`` it is given and
-    leaves the gradient in ``.grad``. With ``optimizer`` (and ``scheduler``) it is called as
-    ``train_step(model, x, y, optimizer[, scheduler])`` with copies of them, and the gradient
-    compared is the one ``optimizer.step()`` saw. The reference is
-    ``loss_fn(model(x), y).backward()``, clipped to ``max_norm`` if given, then one
-    ``optimizer.step()``. Both start from ``torch.manual_seed(seed)``.
+    leaves the gradient in ``.grad``; with ``optimizer`` (``scheduler``, ``scaler``) it is
+    called as ``train_step(model, x, y, optimizer[, scheduler][, scaler])`` with copies of
+    them and makes the update. The reference is ``loss_fn(model(x), y).backward()`` (the
+    scaler's scaled loss), clipped to ``max_norm`` if given, one step, ``scaler.update()``,
+    one ``scheduler.step()``. ``loss_fn`` is a mean over items (``reduction="mean"``).
 
     >>> import torch
     >>> model = torch.nn.Linear(3, 1).double()
@@ -156,68 +234,40 @@ def check_accumulation(model, loss_fn, x, y, train_step, *, optimizer=None, sche
     >>> check_accumulation(model, torch.nn.MSELoss(), x, y, item_weighted).equivalent
     True
     """
-    _validate(model, loss_fn, x, y, train_step, optimizer, scheduler, max_norm, seed)
-    state = torch.get_rng_state()
+    _validate(model, loss_fn, x, y, train_step, optimizer, scheduler, scaler, max_norm, seed)
+    user = Start(model, optimizer, scheduler, scaler)
+    check_signature(train_step, user)
+    n, convention = count_items(loss_fn, y), calling_convention(user)
+    dtypes = {p.dtype for p in model.parameters() if p.requires_grad}
+    u = max(UNIT_ROUNDOFF.get(d, 2.0**-24) for d in dtypes)
+    native = (dtypes == {torch.float64}
+              or (not dtypes & set(LOW_PRECISION) and 2 * gamma(x.shape[0] + 1, u) * (n + 1) < 1))
+    report = None
+    if native:
+        ctx = _Context(user, loss_fn, x, y, _guarded(train_step, convention, "copies"),
+                       max_norm, seed)
+        report, again = _judge(ctx, n, str(sorted(dtypes, key=str)[0]))
+        if not again:
+            return report
+    why = (f"the model is {'/'.join(sorted(str(d) for d in dtypes))}: its rounding cannot "
+           "decide" if report is None else f"in {report.dtype} {report.verdict}")
+    where = "float64 copies of the model, optimizer state, data and step"
+    ctx = _Context(user.converted(torch.float64), _loss64(loss_fn), _to64(x), _to64(y),
+                   _guarded(train_step, convention, where), max_norm, seed)
     try:
-        bound = gradient_bound(model, loss_fn, x, y, seed)
-        if max_norm is not None:
-            raw = _reference(model, loss_fn, x, y, None, None, None, seed)[0]
-            dtype = next(model.parameters()).dtype
-            bound = clipped_bound(bound, raw, max_norm, dtype)
-        ref, _, ref_lrs = _reference(model, loss_fn, x, y, optimizer, scheduler, max_norm, seed)
-        runs = [_run(model, x, y, train_step, optimizer, scheduler, seed) for _ in range(2)]
-    finally:
-        torch.set_rng_state(state)
-    (acc, steps, lrs), (again, _, _) = runs
-    return _report(model, ref, acc, again, bound, steps, lrs, ref_lrs)
+        report, _ = _judge(ctx, n, "torch.float64")
+    except TrainStepError as error:
+        return TorchReport(None, f"no verdict: {why}, and train_step could not run on {where}: "
+                           f"{error}", {}, [], None, n, math.nan, 1 / (n + 1), "torch.float64")
+    report.verdict += f" (checked on {where}: {why})"
+    return report
 
 
-def _gaps(a, b, bound):
-    out = {}
-    for name, r in b.items():
-        g = a.get(name, torch.zeros_like(r))
-        diff, limit = (g - r).abs(), bound[name]
-        ratio = torch.where(limit > 0, diff / limit.clamp_min(1e-300),
-                            torch.where(diff > 0, math.inf, 0.0))
-        out[name] = ParameterGap(float(diff.max()), float(limit.max()), float(ratio.max()))
-    return out
+def _to64(t):
+    return t.detach().to(torch.float64) if t.is_floating_point() else t
 
 
-def _report(model, ref, acc, again, bound, steps, lrs, ref_lrs):
-    gaps = _gaps(acc, ref, bound)
-    ok = all(p.ratio <= 1 for p in gaps.values())
-    causes = []
-    coupled = [name for name, m in model.named_modules()
-               if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training]
-    if coupled:
-        causes.append(f"batch-coupled modules in training mode: {', '.join(coupled)} "
-                      "(statistics per micro-batch; use GroupNorm/LayerNorm or eval mode)")
-    if any(p.ratio > 1 for p in _gaps(again, acc, bound).values()):
-        causes.append("two runs of train_step from the same state and seed differ: "
-                      "randomness not reset identically (dropout with fresh random numbers)")
-    if steps is not None and steps != 1:
-        ok = False
-        causes.append(f"optimizer.step() was called {steps} times in one window, not once")
-    if lrs is not None and lrs != ref_lrs:
-        ok = False
-        causes.append(f"the update used learning rates {lrs}, the full batch {ref_lrs}: "
-                      "a scheduler stepped per micro-batch")
-    if not ok and not causes:
-        causes.append(_rescaling(acc, ref, bound))
-    return TorchReport(gaps, ok, causes, steps)
-
-
-def _rescaling(acc, ref, bound):
-    """The cause of a gap that is not randomness, coupling or step accounting."""
-    names = list(ref)
-    a = torch.cat([acc.get(n, torch.zeros_like(ref[n])).flatten() for n in names])
-    r = torch.cat([ref[n].flatten() for n in names])
-    b = torch.cat([bound[n].flatten() for n in names])
-    c = float(a @ r / (r @ r)) if float(r @ r) > 0 else math.nan
-    if math.isfinite(c) and bool(((a - c * r).abs() <= max(1.0, abs(c)) * b).all()):
-        return (f"the gradient is {c:.6g} x the full-batch one: a rescaling, a normalisation "
-                "(divided by the wrong count, twice, or not at all) or a clip of a scaled "
-                "gradient")
-    return ("the items are weighted differently from the full batch's mean: the textbook "
-            "loop on an uneven split or with ignored targets, or gradients zeroed or clipped "
-            "inside the window")
+def _loss64(loss_fn):
+    if isinstance(loss_fn, torch.nn.Module):
+        return copy.deepcopy(loss_fn).to(torch.float64)
+    return loss_fn
