@@ -18,9 +18,13 @@ one in floating point.
   pass, layer by layer from the sizes each layer actually used: in + out + 20 per Linear (an
   inner product each way, the bias, an activation), 4 D + 20 per normalisation over groups of
   D values (two statistics each way), 20 + 2 x (its input's last size) for any other module
-  without children, 2 C + 10 for the loss over C outputs. kappa >= 1 is how much a
-  normalisation (or MSE's residual) amplifies them: max (|W||h| + |b| + mean) / sigma per
-  group, as ``minigrad.analysis.bounds.condition_number``. S_norm = sum_i max |a_i|, a_i
+  without children, 2 C + 10 for the loss over C outputs. kappa >= 1 is how much the
+  normalisations (and MSE's residual) amplify them, the product over the layers of each
+  one's worst group: (max (|W||h| + |b|) + mean) / max |z - mean|, the rounding of the
+  centred input (the magnitudes of a Linear layer's inner product, and of the mean) against
+  its largest value, normwise like the term it scales (``minigrad.analysis.bounds`` divides
+  by sigma elementwise, which compounds to 5^L over L LayerNorms of Gaussian inputs where
+  nothing cancels). S_norm = sum_i max |a_i|, a_i
   sample i's share of the gradient, bounded per layer by max |delta_i| max |h_i| (summed over
   a sample's tokens). This term is a first-order model, normwise because cancellation inside
   one sample's computation makes a componentwise one false (``minigrad.analysis.bounds``).
@@ -120,7 +124,8 @@ class BoundRecorder:
         if linear and self.need_kappa:
             with torch.no_grad():
                 mag = inp.abs() @ module.weight.abs().T
-                self.magnitude[id(out)] = mag if module.bias is None else mag + module.bias.abs()
+                mag = mag if module.bias is None else mag + module.bias.abs()
+                self.magnitude[id(out)] = (out, mag)  # the tensor too: ids are reused
         if out.requires_grad:
             out.register_hook(lambda g: self._affine_grad(module, inp, g.detach()))
 
@@ -141,7 +146,8 @@ class BoundRecorder:
         x = inputs[0].detach()
         self.roundings += 4 * _group_size(module, x) + 20
         if self.need_kappa:
-            self.factors.append(_kappa(module, x, self.magnitude.get(id(inputs[0]), x.abs())))
+            held, mag = self.magnitude.get(id(inputs[0]), (None, None))
+            self.factors.append(_kappa(module, x, mag if held is inputs[0] else x.abs()))
         if out.requires_grad and module.weight is not None:
             with torch.no_grad():
                 x_hat = _normalized(module, x)
@@ -170,18 +176,20 @@ class BoundRecorder:
 
 
 def _kappa(module, z, mag):
-    """max (|W||h| + |b| + mean) / sigma over the normalisation groups of ``module``."""
+    """max over the normalisation groups of ``module`` of (max (|W||h| + |b|) + mean) /
+    max |z - mean| (the mean 0 for RMSNorm): how much the centring amplifies the rounding of
+    its input, relative to the largest normalised value (normwise, as the term it scales)."""
     if isinstance(module, torch.nn.GroupNorm):
         z, mag = (t.reshape(t.shape[0], module.num_groups, -1) for t in (z, mag))
     elif isinstance(module, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
         z, mag = (t.reshape(-1, math.prod(module.normalized_shape)) for t in (z, mag))
     else:  # BatchNorm: each feature over the batch
         z, mag = (t.transpose(0, 1).reshape(t.shape[1], -1) for t in (z, mag))
-    if isinstance(module, torch.nn.RMSNorm):
-        sigma = (z.pow(2).mean(dim=-1, keepdim=True) + (module.eps or 0.0)).sqrt()
-    else:
-        sigma = (z.var(dim=-1, unbiased=False, keepdim=True) + module.eps).sqrt()
-    ratio = (mag + mag.mean(dim=-1, keepdim=True)) / sigma
+    centred = isinstance(module, torch.nn.RMSNorm)
+    spread = (z if centred else z - z.mean(dim=-1, keepdim=True)).abs().amax(dim=-1)
+    top = mag.amax(dim=-1) + (0 if centred else mag.mean(dim=-1))
+    ratio = torch.where(spread > 0, top / spread.clamp_min(1e-300), torch.where(
+        top > 0, math.inf, 1.0))
     return max(1.0, float(ratio.max()))
 
 

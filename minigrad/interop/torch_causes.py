@@ -59,7 +59,8 @@ def measured(acc, ref, bound, start):
 
 def _suspects(start, acc, max_norm):
     model = start.model
-    dropout = [n for n, m in model.named_modules() if isinstance(m, DROPOUT) and m.training]
+    dropout = [f"{n} ({type(m).__name__})" for n, m in model.named_modules()
+               if isinstance(m, DROPOUT) and m.training]
     coupled = [f"{n} ({type(m).__name__})" for n, m in model.named_modules()
                if isinstance(m, BATCHNORM) and m.training]
     suspects = []

@@ -1,6 +1,9 @@
 """``minigrad.interop.torch.check_accumulation``: it flags the loops that are not the full
-batch (the textbook loop on an uneven split, BatchNorm, fresh dropout randomness, a scheduler
-stepped per micro-batch), passes the ones that are, and never changes what it is given.
+batch, each with the cause a run without it confirms (the textbook loop on an uneven split,
+BatchNorm, fresh dropout randomness, clipping, zeroing, a rescaling), compares the update
+exactly (step count, starting state, hyperparameters, scheduler, scaler), passes the loops
+that are, and never changes what it is given. Precision, the bound and GPUs:
+``test_torch_precision.py``.
 """
 
 import subprocess
@@ -48,8 +51,9 @@ def test_the_item_weighted_loop_passes_and_the_textbook_loop_is_flagged():
     assert good.equivalent and not good.causes
     assert all(p.ratio <= 1 for p in good.parameters.values())
     bad = check_accumulation(mlp(), LOSS, x, y, textbook)
-    assert not bad.equivalent
-    assert any("textbook" in c for c in bad.causes)
+    assert bad.equivalent is False
+    assert len(bad.causes) == 1 and "textbook" in bad.causes[0]
+    assert "identical items" in bad.causes[0]  # the counterfactual that confirmed it
 
 
 def test_ignored_targets_break_the_textbook_loop_even_on_an_even_split():
@@ -77,15 +81,16 @@ def test_a_rescaled_gradient_is_named_a_normalisation():
             torch.nn.functional.cross_entropy(model(xj), yj, reduction="sum").backward()
 
     report = check_accumulation(mlp(), LOSS, x, y, undivided)
-    assert not report.equivalent
-    assert any("12 x the full-batch" in c for c in report.causes)
+    assert report.equivalent is False
+    assert report.causes == [c for c in report.causes if "12 x the full-batch" in c] != []
 
 
 def test_batchnorm_is_flagged_and_named_group_and_layer_norm_pass():
     x, y = data()
     report = check_accumulation(mlp(torch.nn.BatchNorm1d(8)), LOSS, x, y, item_weighted)
-    assert not report.equivalent
-    assert any("batch-coupled" in c and "1" in c for c in report.causes)
+    assert report.equivalent is False
+    assert len(report.causes) == 1 and "batch-coupled" in report.causes[0]
+    assert "1 (BatchNorm1d)" in report.causes[0]
     for norm in (torch.nn.GroupNorm(2, 8), torch.nn.LayerNorm(8)):
         assert check_accumulation(mlp(norm.double()), LOSS, x, y, item_weighted).equivalent
 
@@ -102,8 +107,9 @@ def test_dropout_passes_with_the_seed_reset_and_is_flagged_with_fresh_randomness
         item_weighted(model, x, y)
 
     report = check_accumulation(model, LOSS, x, y, fresh)
-    assert not report.equivalent
-    assert any("randomness" in c for c in report.causes)
+    assert report.equivalent is False
+    assert len(report.causes) == 1 and "randomness differs" in report.causes[0]
+    assert "textbook" not in report.verdict
 
 
 def optimizer_and_scheduler(model):
@@ -210,7 +216,10 @@ def test_clipping_the_window_passes_clipping_each_micro_batch_is_flagged():
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
     assert check_accumulation(mlp(), LOSS, x, y, clip_once, max_norm=max_norm).equivalent
-    assert not check_accumulation(mlp(), LOSS, x, y, clip_each, max_norm=max_norm).equivalent
+    bad = check_accumulation(mlp(), LOSS, x, y, clip_each, max_norm=max_norm)
+    assert bad.equivalent is False and len(bad.causes) == 1 and "clipping" in bad.causes[0]
+    unsaid = check_accumulation(mlp(), LOSS, x, y, clip_once)  # no max_norm given
+    assert unsaid.equivalent is False and "got no max_norm" in unsaid.causes[0]
 
 
 def test_zeroing_inside_the_window_is_flagged():
@@ -222,7 +231,9 @@ def test_zeroing_inside_the_window_is_flagged():
             torch.nn.functional.cross_entropy(model(xj), yj, reduction="sum").div(
                 len(y)).backward()
 
-    assert not check_accumulation(mlp(), LOSS, x, y, zero_each).equivalent
+    report = check_accumulation(mlp(), LOSS, x, y, zero_each)
+    assert report.equivalent is False
+    assert len(report.causes) == 1 and "zero_grad" in report.causes[0]
 
 
 def test_float32_models_are_judged_in_float32_units():
@@ -238,3 +249,232 @@ def test_frozen_parameters_are_left_out():
     model[0].weight.requires_grad_(False)
     report = check_accumulation(model, LOSS, x, y, item_weighted)
     assert report.equivalent and "0.weight" not in report.parameters
+
+
+# --- the update, compared exactly -------------------------------------------------------------
+
+def window(*, decay_grads=0.0, decay_weights=0.0, clear=False, schedule_each=False,
+           step_each=False, after=None):
+    """The item-weighted window and one update, with one mistake switched on."""
+    def step(model, x, y, opt, sched):
+        for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
+            torch.nn.functional.cross_entropy(model(xj), yj, reduction="sum").div(
+                len(y)).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.grad.add_(p, alpha=decay_grads)        # decay added per micro-batch
+                    p.mul_(1 - decay_weights)                # decoupled decay per micro-batch
+            if schedule_each:
+                sched.step()
+            if step_each:
+                opt.step()
+        if clear:
+            opt.state.clear()
+        if not step_each:
+            opt.step()
+        if after:
+            after(model)
+        if not schedule_each:
+            sched.step()
+        opt.zero_grad()
+    return step
+
+
+def primed(model, adam=True):
+    """An optimizer that has stepped once (state to clear) and a StepLR whose rate moves
+    only every 10 steps (a scheduler stepped 3 times per window keeps its rate)."""
+    opt = (torch.optim.Adam(model.parameters(), lr=1e-2) if adam
+           else torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    x, y = data(seed=5)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+    return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+@pytest.mark.parametrize("adam", [True, False])
+@pytest.mark.parametrize("mistake, options, words", [
+    ("none", {}, None),
+    ("scheduler k times, rate unchanged", dict(schedule_each=True), "scheduler's count"),
+    ("decay added to the gradients", dict(decay_grads=1e-2), "x the parameters"),
+    ("decay applied to the weights", dict(decay_weights=1e-3), "changed inside the window"),
+    ("state cleared", dict(clear=True), "optimizer's state"),
+    ("a step per micro-batch", dict(step_each=True), "3 times in one window"),
+    ("weights changed after the step",
+     dict(after=lambda m: [p.data.mul_(0.999) for p in m.parameters()]), "not one"),
+])
+def test_the_update_is_compared_not_only_the_first_gradient(adam, mistake, options, words):
+    x, y = data()
+    model = mlp()
+    opt, sched = primed(model, adam)
+    report = check_accumulation(model, LOSS, x, y, window(**options), optimizer=opt,
+                                scheduler=sched)
+    if words is None:
+        assert report.equivalent is True and report.causes == []
+        assert report.resolution < report.threshold
+    else:
+        assert report.equivalent is False, mistake
+        assert len(report.causes) == 1 and words in report.causes[0], report.causes
+
+
+def scaled_update(update=True):
+    # (update() per micro-batch, before any step, is refused by PyTorch itself: "No inf checks
+    # were recorded prior to update")
+    def step(model, x, y, opt, sched, scaler):
+        for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
+            loss = torch.nn.functional.cross_entropy(model(xj), yj, reduction="sum") / len(y)
+            scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        scaler.step(opt)
+        if update:
+            scaler.update()
+        sched.step()
+        opt.zero_grad()
+    return step
+
+
+def test_a_grad_scaler_is_compared_after_the_window():
+    x, y = data()
+    model = mlp()
+    opt, sched = primed(model)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
+    good = check_accumulation(model, LOSS, x, y, scaled_update(), optimizer=opt,
+                              scheduler=sched, scaler=scaler, max_norm=0.05)
+    assert good.equivalent is True and good.optimizer_steps == 1
+    bad = check_accumulation(model, LOSS, x, y, scaled_update(update=False),
+                             optimizer=opt, scheduler=sched, scaler=scaler, max_norm=0.05)
+    assert bad.equivalent is False and "GradScaler" in bad.causes[0]
+    assert scaler.get_scale() == 2.0**10  # the caller's scaler never moved
+
+
+def test_a_step_without_backward_says_so_and_no_cause_on_an_equivalent_report():
+    x, y = data()
+    model = mlp()
+    opt, _ = primed(model)
+    report = check_accumulation(model, LOSS, x, y, lambda m, x, y, o: o.step(), optimizer=opt)
+    assert report.equivalent is False and "never called backward" in report.causes[0]
+    assert "0 x the full-batch" not in report.verdict
+    good = check_accumulation(mlp(), LOSS, x, y, item_weighted)
+    assert good.causes == [] and good.verdict.startswith("equivalent")
+
+
+def test_a_shuffled_micro_batch_order_is_still_the_full_batch():
+    x, y = data()
+
+    def shuffled(model, x, y):
+        order = torch.randperm(len(y))
+        item_weighted(model, x[order], y[order])
+
+    assert check_accumulation(mlp(), LOSS, x, y, shuffled).equivalent is True
+
+
+class CallDropout(torch.nn.Dropout):
+    """Dropout whose mask depends on the call, not the row, as CUDA's does (its Philox offset
+    advances by a fixed amount per kernel call): deterministic from the seed, but micro-batch
+    masks never equal the full batch's rows."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+        return x * (torch.rand(x.shape, generator=g, dtype=x.dtype) >= self.p) / (1 - self.p)
+
+
+def test_call_dependent_dropout_is_randomness_not_the_textbook_loop():
+    x, y = data()
+    report = check_accumulation(mlp(CallDropout(0.3)), LOSS, x, y, item_weighted)
+    assert report.equivalent is False
+    assert len(report.causes) == 1 and "randomness differs" in report.causes[0]
+    assert "1 (CallDropout)" in report.causes[0]
+    both = check_accumulation(mlp(CallDropout(0.3)), LOSS, x, y, textbook)
+    assert both.equivalent is False and "textbook" in " ".join(both.causes)
+
+
+def test_manual_weight_decay_and_reseeded_dropout_get_their_own_causes():
+    x, y = data()
+
+    def reseeded(model, x, y):
+        for j, (xj, yj) in enumerate(zip(x.split(SIZES), y.split(SIZES))):
+            torch.manual_seed(100 + j)
+            torch.nn.functional.cross_entropy(model(xj), yj, reduction="sum").div(
+                len(y)).backward()
+
+    report = check_accumulation(mlp(torch.nn.Dropout(0.3)), LOSS, x, y, reseeded)
+    assert report.equivalent is False and "randomness differs" in report.causes[0]
+
+    def decayed(model, x, y):
+        item_weighted(model, x, y)
+        for p in model.parameters():
+            p.grad.add_(p.detach(), alpha=5e-3)  # by hand, and the optimizer adds it too
+
+    report = check_accumulation(mlp(), LOSS, x, y, decayed)
+    assert report.equivalent is False and "0.005 x the parameters" in report.causes[0]
+
+
+# --- errors, and nothing changed ----------------------------------------------------------
+
+def test_errors_are_named_before_anything_runs():
+    x, y = data()
+    frozen = mlp().requires_grad_(False)
+    with pytest.raises(ValueError, match="every parameter is frozen"):
+        check_accumulation(frozen, LOSS, x, y, item_weighted)
+    with pytest.raises(ValueError, match=r"reduction='mean'\), got reduction='sum'"):
+        check_accumulation(mlp(), torch.nn.CrossEntropyLoss(reduction="sum"), x, y,
+                           item_weighted)
+    with pytest.raises(TypeError, match=r"x must have the model's dtype \['torch.float64'\], "
+                                        "got x of dtype torch.float32"):
+        check_accumulation(mlp(), LOSS, x.float(), y, item_weighted)
+    with pytest.raises(ValueError, match="every target equal to ignore_index=-100"):
+        check_accumulation(mlp(), LOSS, x, torch.full_like(y, -100), item_weighted)
+    with pytest.raises(TypeError, match=r"must accept the call train_step\(model, x, y, "
+                                        r"optimizer\).*signature \(model, x, y\)"):
+        model = mlp()
+        check_accumulation(model, LOSS, x, y, item_weighted,
+                           optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(TypeError, match="scaler must be None, or a torch.amp.GradScaler"):
+        check_accumulation(mlp(), LOSS, x, y, item_weighted, scaler="x2")
+
+
+def test_an_error_in_train_step_is_reraised_with_its_context_and_nothing_changes():
+    from minigrad.interop.torch import TrainStepError
+
+    x, y = data()
+    x_before, y_before = x.clone(), y.clone()
+    model = mlp()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+
+    def mutating(model, x, y):
+        x.mul_(2)     # the check hands copies: the caller's x and y stay as they were
+        y.zero_()
+        raise KeyError("no such column")
+
+    with pytest.raises(TrainStepError, match=r"train_step raised KeyError: 'no such column' "
+                                             r"\(called as train_step\(model, x, y\)"):
+        check_accumulation(model, LOSS, x, y, mutating)
+    assert torch.equal(x, x_before) and torch.equal(y, y_before)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+    def interrupted(model, x, y):
+        torch.rand(3)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        check_accumulation(model, LOSS, x, y, interrupted)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_callers_tensors_reach_train_step_as_copies():
+    x, y = data()
+    x_before = x.clone()
+
+    def scaling(model, x, y):
+        x.mul_(1.0)  # in place on the copy
+        item_weighted(model, x, y)
+
+    assert check_accumulation(mlp(), LOSS, x, y, scaling).equivalent is True
+    assert torch.equal(x, x_before)
