@@ -156,7 +156,8 @@ class BoundRecorder:
     def _norm_grad(self, module, x_hat, g):
         d = g.abs().double()
         last = isinstance(module, (torch.nn.LayerNorm, torch.nn.RMSNorm))
-        for param, term in ((module.weight, d * x_hat.abs().double()), (module.bias, d)):
+        for param, term in ((module.weight, d * x_hat.abs().double()),
+                            (getattr(module, "bias", None), d)):
             if param is None:
                 continue
             # each sample's share, shaped like the parameter: the affine dims last (LayerNorm,
