@@ -46,6 +46,8 @@ COMMANDS = {
     "check-group": (["check", "--sizes", "64,32,10", "--norm", "group", "--micro-batch", "7",
                      "--ignore-fraction", "0.3", "--optimizer", "adam", "--lr", "0.001",
                      "--steps", "6"], 0),
+    "check-one-class": (["check", "--sizes", "64,32,1", "--micro-batch", "16", "--steps",
+                         "3"], 3),
     "check-contrastive-naive": (["check", "--loss", "contrastive", "--strategy", "naive",
                                  "--steps", "4"], 1),
     "check-contrastive-gradcache": (["check", "--loss", "contrastive", "--strategy",

@@ -1,8 +1,8 @@
 """The analysis layer: metrics (ULPs, cosine, accuracy), equivalence reports (full batch vs
-accumulated), the derived rounding bounds and the ``check`` built on them, the exact
-Fraction mode, the HIPS-autograd reference, the BatchNorm divergence measurements, and
-memory: the measured peak of an update and the micro-batch planner (with
-``recompute_choice``, which hidden layers to recompute). The notebooks'
+accumulated), the derived rounding bounds and the ``check`` built on them (``power``: could
+the check have failed?), the exact Fraction mode, the HIPS-autograd reference, the BatchNorm
+divergence measurements, and memory: the measured peak of an update and the micro-batch
+planner (with ``recompute_choice``, which hidden layers to recompute). The notebooks'
 experiments live here too: ``contrastive`` (GradCache's bound, retrieval, the towers'
 gradient norms; ``contrastive_check`` is ``check`` for InfoNCE), ``pitfalls`` (the wrong
 loops, one mistake at a time), ``libraries`` (one training on several array libraries),
@@ -18,7 +18,7 @@ import importlib
 __all__ = ["batchnorm", "bounds", "check", "claims", "communication", "contrastive",
            "contrastive_check", "costs", "equivalence", "exact", "explorer_extras", "libraries",
            "memory", "memory_theory", "metrics", "norm_training", "pitfalls", "planner",
-           "recompute_choice", "reference", "trajectory"]
+           "power", "recompute_choice", "reference", "trajectory"]
 
 
 def __getattr__(name):

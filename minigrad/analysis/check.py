@@ -5,10 +5,11 @@ full batch, and accumulated (``minigrad.accumulate.step`` over micro-batches of
 ``micro_batch`` samples, or ``micro_batches`` near-equal parts). After every update it
 measures the parameter gap and judges it against the floating-point bound derived in
 ``minigrad.analysis.trajectory``: equivalent when, at every update, every entry of the gap is
-within its bound. Each update draws x ~ N(0, 1) (``global_batch`` rows) and targets from
-``numpy.random.default_rng([seed, 1])``: classes uniform, with ``round(ignore_fraction *
-global_batch)`` of them (at most all but one) set to ``ignore_index`` -100, for
-cross-entropy; N(0, 1) for MSE. The model is ``nn.MLP(sizes, ..., seed=seed)``.
+within its bound, and the comparison could have failed ("No verdict" below). Each update
+draws x ~ N(0, 1) (``global_batch`` rows) and targets from ``numpy.random.default_rng([seed,
+1])``: classes uniform, with ``round(ignore_fraction * global_batch)`` of them (at most all
+but one) set to ``ignore_index`` -100, for cross-entropy; N(0, 1) for MSE. The model is
+``nn.MLP(sizes, ..., seed=seed)``.
 
 Why not, in words. The set-up predicts these differences, and they are given as reasons
 when the measured gap exceeds the bound:
@@ -28,6 +29,15 @@ the float32 caveat of ``minigrad.analysis.bounds``), that is named as the cause.
 predicted difference that the measurement did not show (the textbook rule with uneven
 micro-batches that happened to hold equal numbers of kept targets) is said in ``notes``.
 
+No verdict. A third run from the same start, the idle run of ``minigrad.analysis.power``,
+gives the optimizer a gradient of 0 at every update. Where the gap is within the bound at
+every update and so is the idle run's gap to the full-batch run, no wrong rule could have
+been told from the right one: ``equivalent`` is ``None`` and ``reasons`` say why, the cause
+first where the set-up names one ("cross-entropy over one output class is identically 0",
+"lr is 0"), then what the runs did ("the full-batch run never moved the parameters", or
+moved exactly as the idle run, or within the bound of it). A gap beyond the bound is NOT
+equivalent whatever the idle run does.
+
 The result is JSON-able (numbers that are not finite are ``null``)::
 
     {"config":  {"sizes": [int, ...], "activation": str, "norm": str, "dropout": float,
@@ -42,13 +52,17 @@ The result is JSON-able (numbers that are not finite are ``null``)::
                   "max_rel": float, # worst over the parameters of max_abs / max |theta_full|
                   "max_ulp": float, # the same gap in units in the last place of the dtype
                   "bound": float,   # the largest entry of the elementwise bound
-                  "ratio": float},  # max of gap / bound over the entries: <= 1 is within
+                  "ratio": float,   # max of gap / bound over the entries: <= 1 is within
+                  "idle_ratio": float},  # the same for the idle run against the full batch
                  ...],
-     "equivalent": bool,            # ratio <= 1 at every update, both runs finite
-     "reasons": [str, ...],         # why not (empty when equivalent)
+     "equivalent": bool | null,     # true: ratio <= 1 at every update, both runs finite, and
+                                    # idle_ratio > 1 at some update; false: ratio > 1 at some
+                                    # update (or a run diverged); null: no verdict
+     "reasons": [str, ...],         # why not, or why no verdict (empty when equivalent)
      "notes":   [str, ...],         # predicted differences the measurement did not show
      "verdict": "accumulated training IS full-batch training within the floating-point bound"
-                | "accumulated training is NOT full-batch training: <reasons>"}
+                | "accumulated training is NOT full-batch training: <reasons>"
+                | "no verdict (the comparison could not have failed): <reasons>"}
 """
 
 import warnings
@@ -60,6 +74,7 @@ from minigrad.accumulate import NORMALIZE, split_sizes
 from minigrad.accumulate.split import positions
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
 from minigrad.analysis.equivalence import compare_named
+from minigrad.analysis.power import IDLE, NO_VERDICT, could_fail, idle_step
 from minigrad.analysis.trajectory import Diverged, trajectory_bounds
 from minigrad.engine import Tensor, backend, no_grad, validate
 from minigrad.nn.mlp import ACTIVATIONS
@@ -103,7 +118,7 @@ def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="c
         "loss": validate.choice("loss", loss, LOSSES),
         "ignore_fraction": validate.probability("ignore_fraction", ignore_fraction),
         "optimizer": validate.choice("optimizer", optimizer, OPTIMIZERS),
-        "lr": validate.real("lr", lr, strict_low=True),
+        "lr": validate.real("lr", lr),
         "weight_decay": validate.real("weight_decay", weight_decay),
         "clip": validate.optional(validate.real, "clip", clip, strict_low=True),
         "global_batch": validate.positive_int("global_batch", global_batch),
@@ -210,15 +225,22 @@ def _finite(value):
     return value if np.isfinite(value) else None
 
 
-def _measure(t, full, acc, bound):
-    """One row of ``updates``: the gap after update t + 1 and its bound."""
+def _flat_parameters(model):
+    return flat(p.data for p in model.parameters())
+
+
+def _measure(t, full, acc, idle, bound):
+    """One row of ``updates``: the gap after update t + 1, its bound, and the idle run's."""
     theta_full = {name: p.data for name, p in full.named_parameters()}
     theta_acc = {name: p.data for name, p in acc.named_parameters()}
     gap = compare_named(theta_acc, theta_full)["all"]
-    error = np.abs(flat(theta_acc.values()) - flat(theta_full.values()))
+    reference = flat(theta_full.values())
+    error = np.abs(flat(theta_acc.values()) - reference)
+    idle_gap = np.abs(_flat_parameters(idle) - reference)
     return {"step": t + 1, "max_abs": _finite(gap["max_abs"]), "max_rel": _finite(gap["max_rel"]),
             "max_ulp": _finite(gap["max_ulp"]), "bound": _finite(np.max(bound)),
-            "ratio": _finite(bound_ratio(error, bound))}
+            "ratio": _finite(bound_ratio(error, bound)),
+            "idle_ratio": _finite(bound_ratio(idle_gap, bound))}
 
 
 def _predicted(config, split, data, loss):
@@ -262,6 +284,9 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
     data = batches(config)
     make, make_optimizer, loss_fn = _factories(config)
     updates, flips, diverged = [], [], None
+    idle = make()  # the idle run (minigrad.analysis.power): every gradient 0
+    idle_optimizer, start = make_optimizer(idle.parameters()), _flat_parameters(idle)
+    still = True  # the full-batch run has not moved from the start
     if config["activation"] == "relu":
         flips.append(relu_flips(make(), data[0][0], split, 0))
     replay = trajectory_bounds(make, make_optimizer, loss_fn, data, split,
@@ -272,7 +297,9 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
             for t, (full, acc, bound) in enumerate(replay):
-                updates.append(_measure(t, full, acc, bound))
+                idle_step(idle_optimizer)
+                updates.append(_measure(t, full, acc, idle, bound))
+                still = still and np.array_equal(_flat_parameters(full), start)
                 if flips and t + 1 < len(data):  # acc is where the next update starts
                     flips.append(relu_flips(acc, data[t + 1][0], split, t + 1))
         except Diverged as err:
@@ -281,7 +308,10 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
             diverged = err
     predicted, items = _predicted(config, split, data, loss_fn)
     equivalent, reasons, notes = _verdict(config, predicted, items, updates, flips, diverged)
-    verdict = EQUIVALENT if equivalent else f"{NOT_EQUIVALENT}: {'; '.join(reasons)}"
+    if equivalent and not could_fail(row["idle_ratio"] for row in updates):
+        equivalent, reasons = None, _no_verdict(config, updates, still)
+    label = NOT_EQUIVALENT if equivalent is False else NO_VERDICT
+    verdict = EQUIVALENT if equivalent else f"{label}: {'; '.join(reasons)}"
     return {"config": config, "sizes": split, "updates": updates, "equivalent": equivalent,
             "reasons": reasons, "notes": notes, "verdict": verdict}
 
@@ -308,6 +338,29 @@ def _verdict(config, predicted, items, updates, flips, diverged):
                        f"{'inf' if ratio is None else f'{ratio:.3g}'} at update "
                        f"{first_bad + 1}), and none of the known causes applies here")
     return False, reasons, []
+
+
+def _no_verdict(config, updates, still):
+    """Why the comparison could not have failed: the cause the set-up names, if any, then
+    what the runs did."""
+    causes = []
+    if config["lr"] == 0:
+        causes.append("lr is 0, so no update moves the parameters")
+    elif config["loss"] == "cross-entropy" and config["sizes"][-1] == 1:
+        causes.append("cross-entropy over one output class is identically 0 (the log-softmax "
+                      "of a single logit), so every gradient is 0: give the model at least 2 "
+                      "outputs")
+    if still:
+        return causes + ["the full-batch run never moved the parameters, so any accumulation "
+                         "rule, even a wrong one, gives the same gap of 0"]
+    idle = max(row["idle_ratio"] for row in updates)
+    if idle == 0:
+        return causes + [f"the full-batch run moved exactly as {IDLE}, so any accumulation "
+                         f"rule, even a wrong one, gives the same gap"]
+    return causes + [f"{IDLE} stays within the floating-point bound of the full-batch run at "
+                     f"every update (gap / bound at most {idle:.3g}): the gradient moved the "
+                     f"parameters by less than rounding may, so a wrong accumulation rule "
+                     f"would pass too; a larger lr moves them further"]
 
 
 def _flip_reason(update, count, dtype):

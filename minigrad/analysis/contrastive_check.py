@@ -9,8 +9,12 @@ for ``steps`` updates with a contrastive strategy (``minigrad.accumulate.contras
 ``numpy.random.default_rng([seed, 1])``. Before each update, at the same parameters, the
 strategy's gradient is compared with the full batch's and judged against
 ``contrastive.gradcache_bound``: equivalent when every entry is within its bound at every
-update. The result has the form of ``check.check``'s (``config``, ``sizes``, ``updates``
-with the gradient gap per update, ``equivalent``, ``reasons``, ``notes``, ``verdict``).
+update, and the comparison could have failed: a strategy that accumulates nothing (gradient
+0, the idle run of ``minigrad.analysis.power``) would be |g_full| from the full batch, so
+where |g_full| is within the bound at every update (``idle_ratio`` <= 1) there is no verdict
+(``equivalent`` is ``None``, ``reasons`` say why). The result has the form of
+``check.check``'s (``config``, ``sizes``, ``updates`` with the gradient gap per update,
+``equivalent``, ``reasons``, ``notes``, ``verdict``).
 
 Why not, in words, given when the gap exceeds the bound (``REASONS``):
 
@@ -28,6 +32,7 @@ from minigrad import nn, optim
 from minigrad.accumulate import Bank, accumulated_gradients, split_sizes, step
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
 from minigrad.analysis.contrastive import gradcache_bound
+from minigrad.analysis.power import IDLE, NO_VERDICT, could_fail
 from minigrad.engine import validate
 from minigrad.nn.mlp import ACTIVATIONS
 
@@ -74,7 +79,7 @@ def configuration(pool, *, sizes=None, strategy="gradcache", activation="relu", 
         "norm": validate.choice("norm", "none" if norm is None else norm, NORMS),
         "dropout": validate.probability("dropout", dropout),
         "optimizer": validate.choice("optimizer", optimizer, OPTIMIZERS),
-        "lr": validate.real("lr", lr, strict_low=True),
+        "lr": validate.real("lr", lr),
         "weight_decay": validate.real("weight_decay", weight_decay),
         "clip": validate.optional(validate.real, "clip", clip, strict_low=True),
         "global_batch": n,
@@ -131,7 +136,10 @@ def check(pool, **options):
                  strategy=bank if bank is not None else config["strategy"])
     equivalent = all(r["ratio"] is not None and r["ratio"] <= 1 for r in updates)
     reasons = [] if equivalent else _reasons(config, split, updates)
-    verdict = EQUIVALENT if equivalent else f"{NOT_EQUIVALENT}: {'; '.join(reasons)}"
+    if equivalent and not could_fail(r["idle_ratio"] for r in updates):
+        equivalent, reasons = None, _no_verdict(updates)
+    label = NOT_EQUIVALENT if equivalent is False else NO_VERDICT
+    verdict = EQUIVALENT if equivalent else f"{label}: {'; '.join(reasons)}"
     return {"config": config, "sizes": split, "updates": updates, "equivalent": equivalent,
             "reasons": reasons, "notes": [], "verdict": verdict}
 
@@ -140,10 +148,12 @@ def _row(t, acc, full, bound):
     error = np.abs(flat(acc.values()) - flat(full.values()))
     ratio = max(bound_ratio(np.abs(flat([acc[k]]) - flat([full[k]])), np.ravel(bound[k]))
                 for k in full)
+    idle = max(bound_ratio(np.abs(flat([full[k]])), np.ravel(bound[k])) for k in full)
     finite = [v if np.isfinite(v) else None for v in (float(np.max(error)),
                                                       max(float(np.max(b)) for b in
-                                                          bound.values()), ratio)]
-    return {"step": t + 1, "max_abs": finite[0], "bound": finite[1], "ratio": finite[2]}
+                                                          bound.values()), ratio, idle)]
+    return {"step": t + 1, "max_abs": finite[0], "bound": finite[1], "ratio": finite[2],
+            "idle_ratio": finite[3]}
 
 
 def _reasons(config, split, updates):
@@ -158,3 +168,12 @@ def _reasons(config, split, updates):
         out.append(f"the gradient gap exceeds the floating-point bound at update {bad['step']} "
                    f"and none of the known causes applies here")
     return out
+
+
+def _no_verdict(updates):
+    """Why the comparison could not have failed: the full-batch gradient, measured."""
+    idle = max(r["idle_ratio"] for r in updates)
+    size = "exactly 0" if idle == 0 else (f"within the floating-point bound of 0 (|gradient| "
+                                          f"/ bound at most {idle:.3g})")
+    return [f"the full-batch gradient was {size} at every update: {IDLE} would pass too, and "
+            f"so would a wrong strategy"]

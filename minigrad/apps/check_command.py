@@ -2,7 +2,8 @@
 
 ``register(commands)`` adds the sub-command to the ``minigrad`` parser; ``run(args)`` trains
 the set-up full batch and accumulated (``minigrad.analysis.check``), prints the gap after
-every update against the floating-point bound and the verdict, and returns the exit status.
+every update against the floating-point bound and the verdict, and returns the exit status
+(``STATUS``; 2, argparse's status for a usage error, is a bad argument).
 """
 
 import argparse
@@ -12,6 +13,7 @@ import re
 
 from minigrad.accumulate import NORMALIZE
 from minigrad.analysis import check, contrastive_check
+from minigrad.analysis.power import NO_VERDICT
 from minigrad.analysis.trajectory import Diverged
 from minigrad.apps.args import number, widths
 from minigrad.engine import validate
@@ -21,7 +23,11 @@ Train an MLP on seeded random data twice from the same start, full batch and acc
 over micro-batches (minigrad.accumulate.step), and compare the parameters after every update
 with the floating-point bound that minigrad.analysis.bounds derives. Exit status 0: accumulated
 training IS full-batch training within the bound at every update; 1: it is not (the reasons
-are printed); 2: a bad argument, or a learning rate at which full-batch training diverges.
+are printed); 2: a bad argument, or a learning rate at which full-batch training diverges;
+3: no verdict, the comparison could not have failed (the reason is printed): a run that
+accumulates nothing (every gradient 0) would have passed too, as with one output class
+(cross-entropy over one class is identically 0) or --lr 0. Each row shows that run's gap
+over the bound as idle/bound: the check can fail only where it exceeds 1.
 
 With --loss contrastive: a dual encoder (two MLP towers, --sizes) on pairs of views of
 scikit-learn's digits (left and right halves), symmetric InfoNCE, and a contrastive strategy
@@ -35,6 +41,9 @@ examples:
   minigrad check --sizes 64,32,10 --norm group --micro-batch 7 --ignore-fraction 0.3 \\
       --optimizer adam --lr 0.001 --json
   minigrad check --loss contrastive --strategy gradcache"""
+
+# the exit status of each verdict: IS, NOT, no verdict (argparse exits 2 on a bad argument)
+STATUS = {True: 0, False: 1, None: 3}
 
 # check's argument names, as flags (messages about two arguments name both)
 FLAGS = ("sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
@@ -66,7 +75,7 @@ def register(commands):
                    help="share of cross-entropy targets set to ignore_index -100" + default)
     p.add_argument("--optimizer", choices=check.OPTIMIZERS, default="sgd",
                    help="momentum is SGD with momentum 0.9" + default)
-    p.add_argument("--lr", type=rate("--lr", strict_low=True), default=0.01,
+    p.add_argument("--lr", type=rate("--lr"), default=0.01,
                    help="learning rate" + default)
     p.add_argument("--weight-decay", type=rate("--weight-decay"), default=0.0,
                    help="L2 (sgd, momentum, adam) or decoupled (adamw)" + default)
@@ -97,8 +106,8 @@ def register(commands):
 
 
 def run(args):
-    """Check the set-up that ``args`` describes; 0: equivalent, 1: not. A bad combination of
-    values, or a full-batch run that diverges, exits 2 through ``args.error``."""
+    """Check the set-up that ``args`` describes; 0: equivalent, 1: not, 3: no verdict. A bad
+    combination of values, or a full-batch run that diverges, exits 2 through ``args.error``."""
     if args.loss == "contrastive":
         return _run_contrastive(args)
     if args.strategy in contrastive_check.STRATEGIES:
@@ -121,7 +130,7 @@ def run(args):
         print(json.dumps(result, allow_nan=False))
     else:
         _print(result)
-    return 0 if result["equivalent"] else 1
+    return STATUS[result["equivalent"]]
 
 
 def _run_contrastive(args):
@@ -150,15 +159,16 @@ def _run_contrastive(args):
         args.error(f"{err}, so there is nothing to compare with: lower --lr")
     if args.json:
         print(json.dumps(result, allow_nan=False))
-        return 0 if result["equivalent"] else 1
+        return STATUS[result["equivalent"]]
     c = result["config"]
     print(f"dual encoder, towers {c['sizes']} ({c['activation']}, norm {c['norm']}, dropout "
           f"{c['dropout']:g}), {c['loss']}, {c['optimizer']} lr={c['lr']:g}, {c['dtype']}")
     print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
           f"(strategy={c['strategy']}), seed {c['seed']}")
-    print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}  (gradients)")
+    print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}  "
+          f"{'idle/bound':>10}  (gradients)")
     _rows_and_verdict(result, contrastive_check.NOT_EQUIVALENT)
-    return 0 if result["equivalent"] else 1
+    return STATUS[result["equivalent"]]
 
 
 def _as_flags(message):
@@ -185,7 +195,8 @@ def _print(result):
           f"{loss}, {rule}, {c['dtype']}")
     print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
           f"(normalize={c['normalize']}, strategy={c['strategy']}), seed {c['seed']}")
-    print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}")
+    print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}  "
+          f"{'idle/bound':>10}")
     _rows_and_verdict(result, check.NOT_EQUIVALENT)
 
 
@@ -193,11 +204,11 @@ def _rows_and_verdict(result, not_equivalent):
     """One row per update, then the verdict (and its reasons), then the notes."""
     for row in result["updates"]:
         print(f"{row['step']:>6}  {_number(row['max_abs']):>10}  {_number(row['bound']):>10}  "
-              f"{_number(row['ratio'], '.3g'):>10}")
+              f"{_number(row['ratio'], '.3g'):>10}  {_number(row['idle_ratio'], '.3g'):>10}")
     if result["equivalent"]:
         print(result["verdict"])
     else:
-        print(f"{not_equivalent}:")
+        print(f"{not_equivalent if result['equivalent'] is False else NO_VERDICT}:")
         for reason in result["reasons"]:
             print(f"  - {reason}")
     for note in result["notes"]:

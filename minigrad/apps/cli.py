@@ -3,7 +3,8 @@
 ``minigrad demo`` trains one MLP on digits with and without accumulation and says which
 runs are full-batch training (``minigrad.apps.demo``). ``minigrad plan`` picks the largest
 micro-batch size whose update fits a memory budget (``minigrad.analysis.planner``).
-``minigrad check`` answers "is my set-up accumulation-safe?" (``minigrad.analysis.check``).
+``minigrad check`` answers "is my set-up accumulation-safe?" (``minigrad.analysis.check``),
+or says that its comparison could not have failed (no verdict, exit status 3).
 ``mpirun -n 2 minigrad mpi-demo`` shows that data-parallel training over MPI is full-batch
 training (``minigrad.apps.mpi_demo``). ``minigrad precision`` measures the error of each
 gradient-sum buffer in low precision (``minigrad.apps.precision_command``).
@@ -188,7 +189,8 @@ def build_parser():
 def main(argv=None):
     """Entry point of the ``minigrad`` command; returns the exit status: 0 done, 1 a negative
     answer (``check``: not equivalent; ``plan``: nothing fits), 2 bad arguments (including
-    sizes too large for memory)."""
+    sizes too large for memory), 3 no answer (``check``: no verdict, the comparison could
+    not have failed)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -1,15 +1,17 @@
 """check(): accumulated training judged against the floating-point bound, update by update,
-with the verdict and its reasons in words. Small set-ups (an MLP 3-6-4, batches of 10,
-3 updates): each check takes a few hundredths of a second."""
+with the verdict and its reasons in words, or no verdict where the comparison could not have
+failed. Small set-ups (an MLP 3-6-4, batches of 10, 3 updates): each check takes a few
+hundredths of a second."""
 
 import json
 
 import numpy as np
 import pytest
 
-from minigrad import nn
+from minigrad import Parameter, nn, optim
 from minigrad.analysis import check as checking
 from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS, check
+from minigrad.analysis.power import IDLE, NO_VERDICT, idle_step
 from minigrad.analysis.trajectory import Diverged
 
 SMALL = dict(global_batch=10, steps=3)
@@ -26,10 +28,12 @@ def test_the_item_rule_is_full_batch_training_on_an_uneven_split_with_ignored_ta
     result = check([3, 6, 4], norm=norm, optimizer=optimizer, ignore_fraction=0.3,
                    micro_batch=4, **SMALL)
     assert result["sizes"] == [4, 4, 2]
-    assert result["equivalent"] and within(result)
+    assert result["equivalent"] is True and within(result)
     assert result["reasons"] == [] and result["notes"] == []
     assert result["verdict"] == EQUIVALENT
     assert [row["step"] for row in result["updates"]] == [1, 2, 3]
+    # it could have failed: a run that accumulates nothing is far beyond the bound
+    assert max(row["idle_ratio"] for row in result["updates"]) > 1e6
 
 
 @pytest.mark.parametrize("options, reason", [
@@ -39,8 +43,11 @@ def test_the_item_rule_is_full_batch_training_on_an_uneven_split_with_ignored_ta
     (dict(normalize="sum", micro_batches=2, optimizer="adam", lr=1e-3), "sum"),
 ])
 def test_what_breaks_equivalence_is_named_and_measured(options, reason):
+    """A wrong rule on a set-up that moves (the idle run beyond the bound) is NOT, never no
+    verdict."""
     result = check([3, 6, 4], **options, **SMALL)
-    assert not result["equivalent"] and not within(result)
+    assert result["equivalent"] is False and not within(result)
+    assert max(row["idle_ratio"] for row in result["updates"]) > 1
     assert result["reasons"] == [REASONS[reason]]
     assert result["verdict"] == f"{NOT_EQUIVALENT}: {REASONS[reason]}"
     assert max(row["ratio"] for row in result["updates"]) > 1e3  # far beyond rounding
@@ -82,7 +89,7 @@ def test_an_accumulated_run_that_diverges_is_a_reason():
     """normalize='sum' multiplies the gradient by 32 items (16 samples x 2 outputs)."""
     result = check([2, 8, 2], loss="mse", normalize="sum", global_batch=16, micro_batches=2,
                    lr=0.5, steps=10)
-    assert not result["equivalent"]
+    assert result["equivalent"] is False
     assert result["reasons"][0] == REASONS["sum"]
     assert result["reasons"][1].startswith("the accumulated run stopped at update ")
     assert len(result["updates"]) < 10
@@ -100,7 +107,7 @@ def test_a_full_batch_run_that_diverges_cannot_be_judged():
     dict(loss="mse", optimizer="momentum", dropout=0.3, activation="tanh", norm="group"),
 ])
 def test_more_set_ups_within_the_bound(options):
-    assert check([3, 6, 4], micro_batch=3, **options, **SMALL)["equivalent"]
+    assert check([3, 6, 4], micro_batch=3, **options, **SMALL)["equivalent"] is True
 
 
 def test_the_result_is_json_with_the_documented_schema():
@@ -115,10 +122,81 @@ def test_the_result_is_json_with_the_documented_schema():
                             "strategy", "steps", "dtype", "seed"]
     assert config["micro_batches"] is None and config["clip"] == 0.5
     for row in result["updates"]:
-        assert list(row) == ["step", "max_abs", "max_rel", "max_ulp", "bound", "ratio"]
+        assert list(row) == ["step", "max_abs", "max_rel", "max_ulp", "bound", "ratio",
+                             "idle_ratio"]
         assert type(row["step"]) is int
         assert all(type(row[key]) is float for key in list(row)[1:])
     assert type(result["equivalent"]) is bool and type(result["verdict"]) is str
+
+
+ONE_CLASS = "cross-entropy over one output class is identically 0"
+NEVER_MOVED = ("the full-batch run never moved the parameters, so any accumulation rule, even "
+               "a wrong one, gives the same gap of 0")
+
+
+@pytest.mark.parametrize("normalize", ["items", "micro_batches", "sum"])
+def test_one_output_class_gives_no_verdict_whatever_the_rule(normalize):
+    """Cross-entropy over one class is identically 0, so every gradient is 0: the right rule
+    and the wrong ones (the textbook rule on an uneven split, the sum) all pass alike."""
+    result = check([3, 6, 1], normalize=normalize, micro_batch=4, **SMALL)
+    assert result["equivalent"] is None
+    assert all(row["ratio"] == 0 and row["idle_ratio"] == 0 for row in result["updates"])
+    assert result["reasons"][0].startswith(ONE_CLASS) and result["reasons"][1:] == [NEVER_MOVED]
+    assert result["verdict"] == f"{NO_VERDICT}: {'; '.join(result['reasons'])}"
+    assert json.loads(json.dumps(result, allow_nan=False)) == result
+
+
+def test_one_output_class_with_weight_decay_moves_only_as_the_idle_run():
+    result = check([3, 6, 1], weight_decay=0.1, micro_batch=4, **SMALL)
+    assert result["equivalent"] is None
+    assert result["reasons"][0].startswith(ONE_CLASS)
+    assert result["reasons"][1] == (f"the full-batch run moved exactly as {IDLE}, so any "
+                                    f"accumulation rule, even a wrong one, gives the same gap")
+
+
+def test_one_output_is_judged_where_its_loss_trains():
+    """The rule reads the runs, not the sizes: MSE over one output has a gradient."""
+    result = check([3, 6, 1], loss="mse", micro_batch=4, **SMALL)
+    assert result["equivalent"] is True
+    assert max(row["idle_ratio"] for row in result["updates"]) > 1e6
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_learning_rate_of_0_gives_no_verdict(optimizer):
+    result = check([3, 6, 4], lr=0, optimizer=optimizer, weight_decay=0.1, micro_batch=4,
+                   **SMALL)
+    assert result["equivalent"] is None
+    assert result["reasons"] == ["lr is 0, so no update moves the parameters", NEVER_MOVED]
+
+
+def test_a_gradient_within_rounding_gives_no_verdict():
+    """lr 1e-17 moves the parameters by a fraction of the bound: the textbook rule on an
+    uneven split would pass too."""
+    result = check([3, 6, 4], lr=1e-17, micro_batch=4, **SMALL)
+    idle = max(row["idle_ratio"] for row in result["updates"])
+    assert result["equivalent"] is None and 0 < idle <= 1
+    assert result["reasons"] == [
+        f"{IDLE} stays within the floating-point bound of the full-batch run at every update "
+        f"(gap / bound at most {idle:.3g}): the gradient moved the parameters by less than "
+        f"rounding may, so a wrong accumulation rule would pass too; a larger lr moves them "
+        f"further"]
+    assert check([3, 6, 4], lr=1e-17, micro_batch=4, normalize="micro_batches",
+                 **SMALL)["equivalent"] is None
+
+
+def test_a_failure_is_not_swallowed_where_the_idle_run_stays_within_the_bound():
+    """At lr 1e-17 the idle run is within the bound, but the sum rule multiplies the gradient
+    by the 40 items of an update: its gap is measured beyond the bound, and that is NOT."""
+    result = check([3, 6, 4], lr=1e-17, micro_batches=2, normalize="sum", **SMALL)
+    assert all(row["idle_ratio"] <= 1 for row in result["updates"])
+    assert result["equivalent"] is False and result["reasons"] == [REASONS["sum"]]
+
+
+def test_the_idle_step_gives_the_optimizer_a_gradient_of_0():
+    """SGD lr 0.5 with L2 decay 0.5: w = 2 - 0.5 * (0 + 0.5 * 2) = 1.5, decay alone."""
+    w = Parameter(np.array([2.0]))
+    idle_step(optim.SGD([w], 0.5, weight_decay=0.5))
+    assert w.data.tolist() == [1.5] and w.grad.tolist() == [0.0]
 
 
 @pytest.mark.parametrize("options, error, message", [

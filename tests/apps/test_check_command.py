@@ -1,5 +1,6 @@
 """``minigrad check``: a table per update and the verdict, or one JSON object; exit status 0
-(equivalent), 1 (not, with the reasons) or 2 (a bad value, in one line naming the flag).
+(equivalent), 1 (not, with the reasons), 2 (a bad value, in one line naming the flag) or 3
+(no verdict, with the reasons).
 
 Most tests parse and run in this process, through a parser built as ``minigrad``'s is;
 the last ones run ``python -m minigrad check`` itself."""
@@ -13,6 +14,7 @@ import pytest
 from helpers import minigrad_check
 
 from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS
+from minigrad.analysis.power import NO_VERDICT
 
 SMALL = ["--sizes", "3,6,4", "--global-batch", "10", "--steps", "3"]
 
@@ -22,8 +24,9 @@ def test_an_equivalent_set_up_exits_0_with_a_row_per_update(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == ("global batch 10 as micro-batches 2 x 4 + 2 (normalize=items, "
                         "strategy=micro), seed 0")
-    assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound"]
+    assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound", "idle/bound"]
     assert [line.split()[0] for line in lines[3:6]] == ["1", "2", "3"]
+    assert all(float(line.split()[3]) <= 1 < float(line.split()[4]) for line in lines[3:6])
     assert lines[6:] == [EQUIVALENT]
 
 
@@ -31,7 +34,7 @@ def test_batchnorm_exits_1_with_the_reason(capsys):
     assert minigrad_check([*SMALL, "--norm", "batch", "--micro-batches", "2"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2:] == [f"{NOT_EQUIVALENT}:", f"  - {REASONS['batchnorm']}"]
-    assert all(float(line.split()[-1]) > 1 for line in lines[3:6])  # gap / bound
+    assert all(float(line.split()[3]) > 1 for line in lines[3:6])  # gap / bound
 
 
 def test_json_is_one_object(capsys):
@@ -40,6 +43,20 @@ def test_json_is_one_object(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["sizes"] == [4, 4, 2] and len(result["updates"]) == 3
     assert result["reasons"] == [REASONS["uneven"]] and result["equivalent"] is False
+
+
+def test_one_output_class_exits_3_with_the_reason(capsys):
+    """Cross-entropy over one class is identically 0: nothing moves, nothing could fail."""
+    argv = ["--sizes", "3,6,1", "--global-batch", "10", "--steps", "3", "--micro-batch", "4"]
+    assert minigrad_check(argv) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[3:] for line in lines[3:6]] == [["0", "0"]] * 3  # gap, idle / bound
+    assert lines[6:] == [
+        f"{NO_VERDICT}:",
+        "  - cross-entropy over one output class is identically 0 (the log-softmax of a single "
+        "logit), so every gradient is 0: give the model at least 2 outputs",
+        "  - the full-batch run never moved the parameters, so any accumulation rule, even a "
+        "wrong one, gives the same gap of 0"]
 
 
 M4 = ["--micro-batch", "4"]
@@ -61,8 +78,9 @@ M4 = ["--micro-batch", "4"]
     (["--norm", "instance", *M4], "argument --norm: invalid choice: 'instance'"),
     (["--loss", "nll", *M4], "argument --loss: invalid choice: 'nll'"),
     (["--activation", "elu", *M4], "argument --activation: invalid choice: 'elu'"),
-    (["--lr", "nan", *M4], "argument --lr: must be a finite number with --lr > 0, got nan"),
-    (["--lr", "inf", *M4], "argument --lr: must be a finite number with --lr > 0, got inf"),
+    (["--lr", "nan", *M4], "argument --lr: must be a finite number with --lr >= 0, got nan"),
+    (["--lr", "inf", *M4], "argument --lr: must be a finite number with --lr >= 0, got inf"),
+    (["--lr", "-0.1", *M4], "argument --lr: must be a finite number with --lr >= 0, got -0.1"),
     (["--weight-decay", "-1", *M4], "argument --weight-decay: must be a finite number with "
                                     "--weight-decay >= 0, got -1.0"),
     (["--clip", "nan", *M4], "argument --clip: must be a finite number with --clip > 0, "
@@ -96,8 +114,9 @@ def test_help_shows_an_example(capsys):
     with pytest.raises(SystemExit) as info:
         minigrad_check(["--help"])
     assert info.value.code == 0
-    assert "  minigrad check --sizes 64,32,10 --norm batch --micro-batch 16" in \
-        capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "  minigrad check --sizes 64,32,10 --norm batch --micro-batch 16" in out
+    assert "3: no verdict" in " ".join(out.split())
 
 
 # ----- python -m minigrad check ------------------------------------------------------------
@@ -126,6 +145,18 @@ def test_the_command_exits_0_or_1(extra, status, reason):
     report = json.loads(done.stdout)
     assert report["equivalent"] is (status == 0)
     assert reason is None or any(reason in r for r in report["reasons"])
+
+
+@pytest.mark.parametrize("extra, cause", [
+    (["--sizes", "3,6,1"], "cross-entropy over one output class is identically 0"),
+    (["--sizes", "3,6,4", "--lr", "0"], "lr is 0, so no update moves the parameters"),
+])
+def test_the_command_exits_3_for_no_verdict(extra, cause):
+    done = run("--global-batch", "10", "--steps", "3", "--micro-batch", "4", *extra, "--json")
+    assert (done.returncode, done.stderr) == (3, "")
+    report = json.loads(done.stdout)
+    assert report["equivalent"] is None and report["reasons"][0].startswith(cause)
+    assert report["verdict"].startswith(f"{NO_VERDICT}: {cause}")
 
 
 def test_the_command_exits_2_in_one_line():

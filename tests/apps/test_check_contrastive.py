@@ -1,6 +1,6 @@
 """``minigrad check --loss contrastive``: GradCache exits 0, naive and bank exit 1 with their
-reasons, a bad value exits 2 in one line naming the flag. Every flag but ``--loss`` has a
-default (towers 32,16,8 on the paired digits, an uneven split of 64 pairs)."""
+reasons, a bad value exits 2 in one line naming the flag, no verdict exits 3. Every flag but
+``--loss`` has a default (towers 32,16,8 on the paired digits, an uneven split of 64 pairs)."""
 
 import json
 import os
@@ -10,7 +10,9 @@ import sys
 import pytest
 from helpers import minigrad_check
 
+from minigrad.analysis import contrastive_check
 from minigrad.analysis.contrastive_check import EQUIVALENT, NOT_EQUIVALENT, REASONS
+from minigrad.analysis.power import NO_VERDICT
 
 pytest.importorskip("sklearn", reason="the paired digits need scikit-learn")
 
@@ -21,9 +23,10 @@ def test_gradcache_exits_0_with_a_row_per_update(capsys):
     assert minigrad_check([*SHORT, "--strategy", "gradcache", "--dropout", "0.2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "global batch 24 as micro-batches 2 x 9 + 6 (strategy=gradcache), seed 0"
-    assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound", "(gradients)"]
+    assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound", "idle/bound",
+                                "(gradients)"]
     assert [line.split()[0] for line in lines[3:6]] == ["1", "2", "3"]
-    assert all(float(line.split()[-1]) <= 1 for line in lines[3:6])
+    assert all(float(line.split()[3]) <= 1 < float(line.split()[4]) for line in lines[3:6])
     assert lines[6:] == [EQUIVALENT]
 
 
@@ -35,7 +38,7 @@ def test_naive_and_bank_exit_1_with_their_reasons(capsys, strategy, reasons):
     assert minigrad_check([*SHORT, "--strategy", strategy]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1 - len(reasons):] == [f"{NOT_EQUIVALENT}:", *(f"  - {r}" for r in reasons)]
-    assert all(float(line.split()[-1]) > 1e6 for line in lines[3:6])  # gap / bound
+    assert all(float(line.split()[3]) > 1e6 for line in lines[3:6])  # gap / bound
 
 
 def test_one_micro_batch_makes_naive_exact_and_the_bank_differs_from_its_second_update(capsys):
@@ -45,6 +48,23 @@ def test_one_micro_batch_makes_naive_exact_and_the_bank_differs_from_its_second_
     result = json.loads(capsys.readouterr().out)
     assert result["updates"][0]["ratio"] == 0 and result["updates"][1]["ratio"] > 1e6
     assert result["reasons"] == [REASONS["bank"]]
+
+
+def test_a_gradient_within_its_bound_of_0_exits_3(capsys, monkeypatch):
+    """A bound 1e30 times the derived one holds the whole full-batch gradient: a strategy
+    that accumulates nothing would pass too, so there is no verdict."""
+    def loose(*args, **kwargs):
+        bound, rest = derived(*args, **kwargs)
+        return {key: 1e30 * value for key, value in bound.items()}, rest
+
+    derived = contrastive_check.gradcache_bound
+    monkeypatch.setattr(contrastive_check, "gradcache_bound", loose)
+    assert minigrad_check([*SHORT, "--strategy", "gradcache"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2] == f"{NO_VERDICT}:"
+    assert lines[-1].startswith("  - the full-batch gradient was within the floating-point "
+                                "bound of 0 (|gradient| / bound at most ")
+    assert all(float(line.split()[4]) <= 1 for line in lines[3:6])  # idle / bound
 
 
 @pytest.mark.parametrize("argv, message", [
