@@ -95,17 +95,26 @@ def counterfactual(ctx, acc):
     """Causes of a gradient gap, each confirmed by a run without it (a list of sentences)."""
     start, loss_fn, x, y = ctx.start, ctx.loss_fn, ctx.x, ctx.y
 
+    masked = []  # a measured cause that a removal uncovered (a clip hides a decay's form)
+
     def explains(removals, data=(x, y)):
         xs, ys = data
         ref, bound = reference_bound(start, loss_fn, xs, ys, ctx.max_norm, ctx.seed,
                                      removals, count_items(loss_fn, ys))
         mine = run(start, xs, ys, ctx.train_step, ctx.seed, removals)
-        return within(gaps(seen_gradient(mine), seen_gradient(ref), bound))
+        g_mine, g_ref = seen_gradient(mine), seen_gradient(ref)
+        if within(gaps(g_mine, g_ref, bound)):
+            return True
+        if (cause := measured(g_mine, g_ref, bound, start)):
+            masked.append(cause)
+        return False
 
     suspects = _suspects(start, acc, ctx.max_norm)
     confirmed = [text for removal, text in suspects if explains((removal,))]
     if confirmed:
         return confirmed
+    if masked:
+        return masked[:1]
     again = run(start, x, y, ctx.train_step, ctx.seed)
     if not within(gaps(seen_gradient(again), seen_gradient(acc), ctx.bound)):
         return ["train_step is not deterministic: two runs from the same state and seed "
