@@ -68,6 +68,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py --dtypes float32,float64 --wait-idle 600 --json benchmarks/results.json --docs docs/benchmarks.md --gpu-results benchmarks/results-gpu.json
 	$(PY) benchmarks/exact_batchnorm.py
 	$(PY) benchmarks/memory.py --json benchmarks/memory.json --docs docs/benchmarks-memory.md --gpu-results benchmarks/memory-gpu.json
+	$(PY) benchmarks/torch_check.py --json benchmarks/torch-check.json --docs docs/benchmarks-checker.md
 
 # On a machine with a CUDA GPU, CuPy and PyTorch for CUDA (PYTHON=python3 there): the GPU runs,
 # whose records `make bench` and `make bench-pages` render as the pages' GPU sections.
@@ -79,6 +80,7 @@ bench-gpu:
 bench-pages: $(STAMP)
 	$(PY) benchmarks/run.py --from-json benchmarks/results.json --docs docs/benchmarks.md --gpu-results benchmarks/results-gpu.json
 	$(PY) benchmarks/memory.py --from-json benchmarks/memory.json --docs docs/benchmarks-memory.md --gpu-results benchmarks/memory-gpu.json
+	$(PY) benchmarks/torch_check.py --from-json benchmarks/torch-check.json --docs docs/benchmarks-checker.md
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --quick

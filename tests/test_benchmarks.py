@@ -10,6 +10,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -37,3 +39,22 @@ def test_the_pages_are_what_the_saved_runs_render(tmp_path):
                               timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert out.read_text() == (ROOT / "docs" / page).read_text()
+
+
+def test_the_checker_benchmark_runs_and_its_page_is_the_saved_record(tmp_path):
+    """benchmarks/torch_check.py times check_accumulation against the step it checks; the
+    page docs/benchmarks-checker.md is what its saved record renders, and that record meets
+    the issue's target (check <= 4 x (train_step + full-batch step)) with a True verdict."""
+    pytest.importorskip("torch", reason="the `torch` extra is not installed")
+    out = tmp_path / "checker.md"
+    done = subprocess.run([sys.executable, "benchmarks/torch_check.py", "--quick", "--docs",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "| float32 | float64 | True |" in out.read_text()
+    page = tmp_path / "page.md"
+    subprocess.run([sys.executable, "benchmarks/torch_check.py", "--from-json",
+                    "benchmarks/torch-check.json", "--docs", str(page)], cwd=ROOT, check=True,
+                   timeout=300)
+    assert page.read_text() == (ROOT / "docs" / "benchmarks-checker.md").read_text()
+    record = json.loads((ROOT / "benchmarks" / "torch-check.json").read_text())
+    assert all(run["equivalent"] is True and run["ratio"] <= 4 for run in record["runs"])

@@ -85,7 +85,7 @@ class TorchReport:
     dtype: str = ""
 
     def __str__(self):
-        rows = ["| parameter | max gap | bound | gap / bound | |g| | |b| / |g| |",
+        rows = ["| parameter | max gap | bound | gap / bound | ‖g‖ | ‖b‖ / ‖g‖ |",
                 "|---|---|---|---|---|---|"]
         rows += [f"| {name} | {p.gap:.1e} | {p.bound:.1e} | {p.ratio:.2g} | "
                  f"{p.grad_norm:.2e} | {_ratio(p.bound_norm, p.grad_norm):.1e} |"

@@ -212,7 +212,7 @@ def test_the_report_gives_the_bound_against_the_gradient_per_parameter():
     total = math.hypot(*(p.bound_norm for p in report.parameters.values())) / math.hypot(
         *(p.grad_norm for p in report.parameters.values()))
     assert report.resolution == pytest.approx(total, rel=1e-12)
-    assert "| |b| / |g| |" in str(report)
+    assert "| ‖b‖ / ‖g‖ |" in str(report)
 
 
 def cuda():
