@@ -227,7 +227,9 @@ def check_accumulation(model, loss_fn, x, y, train_step, *, optimizer=None, sche
     called as ``train_step(model, x, y, optimizer[, scheduler][, scaler])`` with copies of
     them and makes the update. The reference is ``loss_fn(model(x), y).backward()`` (the
     scaler's scaled loss), clipped to ``max_norm`` if given, one step, ``scaler.update()``,
-    one ``scheduler.step()``. ``loss_fn`` is a mean over items (``reduction="mean"``).
+    one ``scheduler.step()`` (``ReduceLROnPlateau``: ``step(loss)`` with the full batch's
+    loss). ``loss_fn`` is a mean over items (``reduction="mean"``); ``model(x)`` may return a
+    tensor or a tuple or dict of them (its largest floating tensor is taken for the logits).
 
     >>> import torch
     >>> model = torch.nn.Linear(3, 1).double()

@@ -61,9 +61,12 @@ class Reference:
         self.recorder = BoundRecorder(model, x.shape[0], self.need_kappa)
         try:
             out = model(x)
-            self.kappa = mse_factor(self.loss_fn, out.detach(), y)
-            self.classes = out.shape[-1] if out.ndim > 1 else 1
+            tensors = [t for t in _tensors(out) if t.is_floating_point()]
+            first = max(tensors, key=lambda t: t.numel())  # the logits of a model's output
+            self.kappa = mse_factor(self.loss_fn, first.detach(), y)
+            self.classes = first.shape[-1] if first.ndim > 1 else 1
             loss = self.loss_fn(out, y)
+            self.loss = loss.detach()
             self.scale = 1.0 if scaler is None else float(scaler.get_scale())
             (loss if scaler is None else scaler.scale(loss)).backward()
         finally:
@@ -79,8 +82,20 @@ class Reference:
             (optimizer.step() if scaler is None else scaler.step(optimizer))
             if scaler is not None:
                 scaler.update()
-            if scheduler is not None:
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(float(self.loss))  # the full batch's loss as its metric
+            elif scheduler is not None:
                 scheduler.step()
+
+
+def _tensors(out):
+    """The tensors of a model's output: a tensor, or those inside a tuple, list or dict (a
+    ``ModelOutput``)."""
+    if torch.is_tensor(out):
+        return [out]
+    values = out.values() if isinstance(out, dict) else out if isinstance(
+        out, (list, tuple)) else []
+    return [t for v in values for t in _tensors(v)]
 
 
 def reference_bound(start, loss_fn, x, y, max_norm, seed, removals, n):
@@ -176,10 +191,11 @@ def update_causes(start, acc, ref):
                           f"{theirs}")
     if not same(acc.scheduler_state, ref.scheduler_state):
         a, r = (s.get("last_epoch") for s in (acc.scheduler_state, ref.scheduler_state))
+        why = ("it stepped per micro-batch (even where the rate has not moved yet)"
+               if a is not None and r is not None and a > r else "it did not step once")
         causes.append(f"the scheduler's count after the window is {a}, the full batch's {r}: "
-                      "it stepped per micro-batch (even where the rate has not moved yet)"
-                      if a != r else "the scheduler's state after the window differs from "
-                      "the full batch's")
+                      f"{why}" if a != r else "the scheduler's state after the window "
+                      "differs from the full batch's")
     if not same(acc.scaler_state, ref.scaler_state):
         a, r = acc.scaler_state, ref.scaler_state
         causes.append(f"the GradScaler after the window holds scale {a.get('scale')} and "

@@ -478,3 +478,41 @@ def test_the_callers_tensors_reach_train_step_as_copies():
 
     assert check_accumulation(mlp(), LOSS, x, y, scaling).equivalent is True
     assert torch.equal(x, x_before)
+
+
+class DictModel(torch.nn.Module):
+    """A model that returns a dict, as Hugging Face models return a ModelOutput."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x):
+        return {"logits": self.net(x), "hidden": x.sum(-1)}
+
+
+def test_a_dict_output_a_plateau_scheduler_and_a_scheduler_never_stepped():
+    x, y = data()
+
+    def loss_fn(out, y):
+        return torch.nn.functional.cross_entropy(out["logits"], y)
+
+    def step(model, x, y, opt, sched, plateau=True):
+        for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
+            out = model(xj)["logits"]
+            torch.nn.functional.cross_entropy(out, yj, reduction="sum").div(len(y)).backward()
+        with torch.no_grad():
+            loss = float(loss_fn(model(x), y))
+        opt.step()
+        if plateau:
+            sched.step(loss)
+        opt.zero_grad()
+
+    model = DictModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+    assert check_accumulation(model, loss_fn, x, y, step, optimizer=opt,
+                              scheduler=sched).equivalent is True
+    report = check_accumulation(model, loss_fn, x, y, lambda *a: step(*a, plateau=False),
+                                optimizer=opt, scheduler=sched)
+    assert report.equivalent is False and "did not step once" in report.causes[0]
