@@ -263,8 +263,11 @@ def check_accumulation(model, loss_fn, x, y, train_step, *, optimizer=None, sche
     try:
         report, _ = _judge(ctx, n, "torch.float64")
     except TrainStepError as error:
+        if report is None:  # never run in its own dtype: an error there is the step's own
+            run(user, x, y, _guarded(train_step, convention, "copies"), seed)
         return TorchReport(None, f"no verdict: {why}, and train_step could not run on {where}: "
-                           f"{error}", {}, [], None, n, math.nan, 1 / (n + 1), "torch.float64")
+                           f"{error.__cause__!r}", {}, [], None, n, math.nan, 1 / (n + 1),
+                           "torch.float64")
     report.verdict += f" (checked on {where}: {why})"
     return report
 

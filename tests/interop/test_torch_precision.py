@@ -237,3 +237,23 @@ def test_on_a_gpu_dropout_is_randomness_and_low_precision_is_checked_in_float64(
     assert check_accumulation(low, LOSS, xb, y, loop(sizes, ITEMS)).equivalent is True
     bad = check_accumulation(low, LOSS, xb, y, loop(sizes, TEXTBOOK))
     assert bad.equivalent is False and "textbook" in bad.causes[0]
+
+
+def test_a_step_that_cannot_run_in_float64_gets_no_verdict_and_its_own_errors_still_raise():
+    from minigrad.interop.torch import TrainStepError
+
+    x, y = data(6, 0, torch.bfloat16)
+    model = mlp(dtype=torch.bfloat16)
+
+    def cast(model, x, y):  # casts to bfloat16 by hand: fails against float64 weights
+        torch.nn.functional.cross_entropy(model(x.to(torch.bfloat16)), y).backward()
+
+    report = check_accumulation(model, LOSS, x, y, cast)
+    assert report.equivalent is None
+    assert "could not run on float64 copies" in report.verdict and "BFloat16" in report.verdict
+
+    def buggy(model, x, y):
+        raise KeyError("no such column")
+
+    with pytest.raises(TrainStepError, match="KeyError: 'no such column'"):
+        check_accumulation(model, LOSS, x, y, buggy)
