@@ -129,7 +129,8 @@ def _validate(model, loss_fn, x, y, train_step, optimizer, scheduler, scaler, ma
     _require("scaler", scaler, scaler is None or (
         optimizer is not None and isinstance(scaler, torch.amp.GradScaler)),
         "None, or a torch.amp.GradScaler (with an optimizer given)")
-    if max_norm is not None and not (isinstance(max_norm, numbers.Real) and max_norm > 0):
+    if max_norm is not None and not (isinstance(max_norm, numbers.Real) and max_norm > 0
+                                     and not isinstance(max_norm, bool)):
         raise ValueError(f"max_norm must be None or a positive number, got {max_norm!r}")
     _require("seed", seed, isinstance(seed, int) and not isinstance(seed, bool), "an int")
     reduction = getattr(loss_fn, "reduction", "mean")
@@ -158,6 +159,7 @@ class _Context:
     train_step: object
     max_norm: float | None
     seed: int
+    dtype: str = "torch.float64"
     bound: dict | None = None
 
 
@@ -171,8 +173,26 @@ def _guarded(train_step, convention, where):
     return call
 
 
+def _gradient_causes(ctx, acc, g_acc, g_ref, known):
+    """Why the gradient differs: measured, else by runs without each suspect (with the
+    mistakes already seen, ``known``, removed first); None where nothing explains it in a
+    dtype other than float64."""
+    if known:
+        return counterfactual(ctx, acc, known)
+    # a loop that clips may rescale by its clip: runs without clipping decide first
+    cause = None if acc.clip_calls else measured(g_acc, g_ref, ctx.bound, ctx.start)
+    causes = [cause] if cause else counterfactual(ctx, acc, ())
+    if causes[0].startswith("unexplained") and acc.clip_calls:
+        cause = measured(g_acc, g_ref, ctx.bound, ctx.start)
+        causes = [cause] if cause else causes
+    if causes[0].startswith("unexplained") and ctx.dtype != "torch.float64":
+        return None
+    return causes
+
+
 def _judge(ctx, n, dtype_name):
     """One full check in the context's dtype: (TorchReport, whether float64 should decide)."""
+    ctx.dtype = dtype_name
     ref, ctx.bound = reference_bound(ctx.start, ctx.loss_fn, ctx.x, ctx.y, ctx.max_norm,
                                      ctx.seed, (), n)
     acc = run(ctx.start, ctx.x, ctx.y, ctx.train_step, ctx.seed)
@@ -186,21 +206,29 @@ def _judge(ctx, n, dtype_name):
         return TorchReport(equivalent, verdict, parameters, list(causes), acc.steps, n,
                            resolution, threshold, dtype_name)
 
-    causes = update_causes(ctx.start, acc, ref)
-    if causes and causes[0].startswith("train_step changed the parameters"):
-        return report(None, "no verdict: " + causes[0]), False
-    if not causes and not acc.grads and any(p.grad_norm > 0 for p in parameters.values()):
-        causes = ["train_step left no gradient: it never called backward (or set .grad to "
-                  "None before the step)"]
-    if not causes and not within(parameters):
-        # a loop that clips may rescale by its clip: runs without clipping decide first
-        cause = None if acc.clip_calls else measured(g_acc, g_ref, ctx.bound, ctx.start)
-        causes = [cause] if cause else counterfactual(ctx, acc)
-        if causes[0].startswith("unexplained") and acc.clip_calls:
-            cause = measured(g_acc, g_ref, ctx.bound, ctx.start)
-            causes = [cause] if cause else causes
-        if causes[0].startswith("unexplained") and dtype_name != "torch.float64":
-            return report(False, "NOT equivalent: " + causes[0], causes), True
+    blocking, causes = update_causes(ctx.start, acc, ref)
+    if blocking and blocking[0].startswith("train_step changed the parameters"):
+        return report(None, "no verdict: " + blocking[0]), False
+    if not blocking and not acc.grads and any(p.grad_norm > 0 for p in parameters.values()):
+        blocking = ["train_step left no gradient: it never called backward (or set .grad to "
+                    "None before the step)"]
+    if not blocking and ctx.start.optimizer is not None and not acc.cleared:
+        # .grad is left after the step: the next window must clear it before its backwards
+        leftover = run(ctx.start, ctx.x, ctx.y, ctx.train_step, ctx.seed, grads=acc.grads)
+        if not within(gaps(seen_gradient(leftover), g_acc, ctx.bound)):
+            causes.append("the gradients are never zeroed: train_step clears .grad neither "
+                          "before its backwards nor after the step, so the next window adds "
+                          "this one's gradient (a loop that zeroes outside train_step: move "
+                          "the zero_grad into it)")
+    if not blocking and not within(parameters):
+        known = tuple(r for r, hit in (("zeroing", acc.zeroed_before),
+                                       ("clipping", max(acc.clips_before, acc.clip_calls) > 1))
+                      if hit)
+        found = _gradient_causes(ctx, acc, g_acc, g_ref, known)
+        if found is None:  # unexplained in float32: float64 decides
+            return report(False, "NOT equivalent: unexplained"), True
+        causes = found + [c for c in causes if c not in found]
+    causes = blocking + causes
     if causes:
         return report(False, "NOT equivalent: " + "; ".join(causes), causes), False
     if g_norm == 0:
@@ -225,11 +253,14 @@ def check_accumulation(model, loss_fn, x, y, train_step, *, optimizer=None, sche
     ``train_step(model, x, y)`` runs one window on the copy of ``model`` it is given and
     leaves the gradient in ``.grad``; with ``optimizer`` (``scheduler``, ``scaler``) it is
     called as ``train_step(model, x, y, optimizer[, scheduler][, scaler])`` with copies of
-    them and makes the update. The reference is ``loss_fn(model(x), y).backward()`` (the
-    scaler's scaled loss), clipped to ``max_norm`` if given, one step, ``scaler.update()``,
-    one ``scheduler.step()`` (``ReduceLROnPlateau``: ``step(loss)`` with the full batch's
-    loss). ``loss_fn`` is a mean over items (``reduction="mean"``); ``model(x)`` may return a
-    tensor or a tuple or dict of them (its largest floating tensor is taken for the logits).
+    them and makes the whole update, the next window's start included: ``.grad`` cleared
+    before its backwards or after the step (a copy it is given starts with no gradient; one
+    left after the step is tested against a second run that starts with it). The reference
+    is ``loss_fn(model(x), y).backward()`` (the scaler's scaled loss), clipped to
+    ``max_norm`` if given, one step, ``scaler.update()``, one ``scheduler.step()``
+    (``ReduceLROnPlateau``: ``step(loss)`` with the full batch's loss). ``loss_fn`` is a
+    mean over items (``reduction="mean"``); ``model(x)`` may return a tensor or a tuple or
+    dict of them (its largest floating tensor is taken for the logits).
 
     >>> import torch
     >>> model = torch.nn.Linear(3, 1).double()
@@ -264,7 +295,13 @@ def check_accumulation(model, loss_fn, x, y, train_step, *, optimizer=None, sche
         report, _ = _judge(ctx, n, "torch.float64")
     except TrainStepError as error:
         if report is None:  # never run in its own dtype: an error there is the step's own
-            run(user, x, y, _guarded(train_step, convention, "copies"), seed)
+            ctx = _Context(user, loss_fn, x, y, _guarded(train_step, convention, "copies"),
+                           max_norm, seed)
+            report, _ = _judge(ctx, n, str(sorted(dtypes, key=str)[0]))
+            if report.equivalent is False and not report.verdict.endswith("unexplained"):
+                report.verdict += (f" (in {report.dtype}: train_step could not run on {where}"
+                                   f": {error.__cause__!r})")
+                return report
         return TorchReport(None, f"no verdict: {why}, and train_step could not run on {where}: "
                            f"{error.__cause__!r}", {}, [], None, n, math.nan, 1 / (n + 1),
                            "torch.float64")

@@ -202,6 +202,22 @@ def mse_factor(loss_fn, out, y):
     return max(1.0, float((out.abs() + y.abs()).max()) / residual) if residual > 0 else math.inf
 
 
+def _rows(out, i):
+    """Sample i of a model's output: row i of a tensor, or of each tensor in a tuple, list or
+    dict (a ``ModelOutput`` keeps its type where it can be rebuilt from its items)."""
+    if torch.is_tensor(out):
+        return out[i:i + 1]
+    if isinstance(out, dict):
+        items = {k: _rows(v, i) for k, v in out.items()}
+        try:
+            return type(out)(**items)
+        except TypeError:
+            return items
+    if isinstance(out, (list, tuple)):
+        return type(out)(_rows(v, i) for v in out)
+    return out
+
+
 def per_sample_sums(model, loss_fn, x, y, params, n):
     """S and the per-sample maxima of ``params`` (name -> parameter of ``model``) from one
     backward per sample: the bound of parameters the hooks do not cover."""
@@ -212,7 +228,7 @@ def per_sample_sums(model, loss_fn, x, y, params, n):
         items = count_items(loss_fn, y[i:i + 1])
         if items == 0:
             continue
-        grads = torch.autograd.grad(loss_fn(out[i:i + 1], y[i:i + 1]) * (items / n),
+        grads = torch.autograd.grad(loss_fn(_rows(out, i), y[i:i + 1]) * (items / n),
                                     list(params.values()), retain_graph=True,
                                     allow_unused=True)
         grads = [g.abs().double() for g in grads if g is not None]

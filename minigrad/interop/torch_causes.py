@@ -91,13 +91,15 @@ def _identical(loss_fn, x, y):
     return (x[i:i + 1].expand_as(x).clone(), y[i:i + 1].expand_as(y).clone())
 
 
-def counterfactual(ctx, acc):
-    """Causes of a gradient gap, each confirmed by a run without it (a list of sentences)."""
+def counterfactual(ctx, acc, known=()):
+    """Causes of a gradient gap, each confirmed by a run without it (a list of sentences).
+    ``known``: removals of mistakes already observed (zero_grad or clipping inside the
+    window), applied to every run; an empty list when they explain the whole gap."""
     start, loss_fn, x, y = ctx.start, ctx.loss_fn, ctx.x, ctx.y
-
     masked = []  # a measured cause that a removal uncovered (a clip hides a decay's form)
 
     def explains(removals, data=(x, y)):
+        removals = tuple(dict.fromkeys(known + tuple(removals)))
         xs, ys = data
         ref, bound = reference_bound(start, loss_fn, xs, ys, ctx.max_norm, ctx.seed,
                                      removals, count_items(loss_fn, ys))
@@ -109,14 +111,19 @@ def counterfactual(ctx, acc):
             masked.append(cause)
         return False
 
-    suspects = _suspects(start, acc, ctx.max_norm)
+    if known and explains(()):
+        return []
+    if masked:
+        return masked[:1]
+    suspects = [(r, text) for r, text in _suspects(start, acc, ctx.max_norm) if r not in known]
     confirmed = [text for removal, text in suspects if explains((removal,))]
     if confirmed:
         return confirmed
     if masked:
         return masked[:1]
-    again = run(start, x, y, ctx.train_step, ctx.seed)
-    if not within(gaps(seen_gradient(again), seen_gradient(acc), ctx.bound)):
+    again = run(start, x, y, ctx.train_step, ctx.seed, known)
+    mine = run(start, x, y, ctx.train_step, ctx.seed, known) if known else acc
+    if not within(gaps(seen_gradient(again), seen_gradient(mine), ctx.bound)):
         return ["train_step is not deterministic: two runs from the same state and seed "
                 "differ (fresh random numbers: a re-seed, functional dropout or shuffling "
                 "with its own generator)"]
@@ -130,8 +137,9 @@ def counterfactual(ctx, acc):
         return ["the items are weighted differently from the full batch's mean, with the "
                 "right total weight (on a batch of identical items the gap goes): the "
                 "textbook loop (each micro-batch's mean divided by their number) on "
-                "micro-batches or ranks holding different numbers of items, or a count per "
-                "micro-batch or per rank"]
+                "micro-batches or ranks holding different numbers of items, a count per "
+                "micro-batch or per rank, or micro-batches of x matched with the wrong "
+                "targets"]
     return ["unexplained: the gradient differs from the full batch's beyond the bound and "
             "no removal (dropout, BatchNorm, clipping, zero_grad) nor a batch of identical "
             "items makes it agree"]

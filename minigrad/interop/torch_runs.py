@@ -96,7 +96,8 @@ def check_signature(train_step, start):
 @dataclass
 class Window:
     """What one run left: the gradient ``optimizer.step()`` saw (or ``.grad`` at the end,
-    without an optimizer), and everything the update could have changed."""
+    without an optimizer), what happened before that step, and everything the update could
+    have changed."""
 
     grads: dict
     steps: int | None = None
@@ -104,12 +105,18 @@ class Window:
     step_kwargs: dict = field(default_factory=dict)
     moved: list = field(default_factory=list)     # parameters changed before the step
     state_changed: bool = False                   # optimizer state changed before the step
+    training: dict = field(default_factory=dict)  # module -> training flag at the step
+    clips_before: int = 0                         # clips before the step
+    zeroed_before: int = 0                        # zero_grad calls that cleared a gradient
+    scheduled_before: int = 0                     # scheduler.step() calls before the step
     params: dict = field(default_factory=dict)    # name -> parameter after the window
+    buffers: dict = field(default_factory=dict)   # name -> buffer after the window
+    hyper_after: list | None = None
+    cleared: bool = True                          # every .grad None or 0 after the window
     optimizer_state: dict | None = None
     scheduler_state: dict | None = None
     scaler_state: dict | None = None
     clip_calls: int = 0
-    raw: dict | None = None                       # the reference's gradient before its clip
 
 
 def hyperparameters(optimizer):
@@ -135,48 +142,70 @@ def _state(obj):
 
 
 @contextmanager
-def _clipping(remove, calls):
-    """Count the gradient clips (``clip_grad_norm_`` and all that call its kernel); with
-    ``remove``, make them no-ops."""
-    original = clip_grad._clip_grads_with_norm_
-
-    def clip(*args, **kwargs):
-        calls.append(1)
-        if not remove:
-            return original(*args, **kwargs)
-
-    clip_grad._clip_grads_with_norm_ = clip
+def _patched(owner, name, replacement):
+    original = getattr(owner, name)
+    setattr(owner, name, replacement(original))
     try:
         yield
     finally:
-        clip_grad._clip_grads_with_norm_ = original
+        setattr(owner, name, original)
 
 
 @contextmanager
-def _zeroing(remove):
-    """With ``remove``, ``Optimizer.zero_grad`` and ``Module.zero_grad`` do nothing."""
-    if not remove:
+def _observed(removals, counts):
+    """Count the gradient clips (``clip_grad_norm_``, ``clip_grads_with_norm_``,
+    ``clip_grad_value_``) and the ``zero_grad`` calls that clear a gradient; with
+    "clipping" or "zeroing" in ``removals``, make them no-ops."""
+    def counting(key, remove):
+        def wrap(original):
+            def call(*args, **kwargs):
+                counts[key] = counts.get(key, 0) + 1
+                if not remove:
+                    return original(*args, **kwargs)
+            return call
+        return wrap
+
+    def zeroing(original):
+        def call(self, *args, **kwargs):
+            params = self.parameters() if isinstance(self, torch.nn.Module) else (
+                p for g in self.param_groups for p in g["params"])
+            if any(p.grad is not None and bool(dense(p.grad).any()) for p in params):
+                counts["zero"] = counts.get("zero", 0) + 1
+                if "zeroing" in removals:
+                    return None
+            return original(self, *args, **kwargs)
+        return call
+
+    clip = counting("clip", "clipping" in removals)
+    with _patched(clip_grad, "_clip_grads_with_norm_", clip), \
+            _patched(torch.nn.utils, "clip_grads_with_norm_", clip), \
+            _patched(clip_grad, "clip_grad_value_", clip), \
+            _patched(torch.nn.utils, "clip_grad_value_", clip), \
+            _patched(torch.optim.Optimizer, "zero_grad", zeroing), \
+            _patched(torch.nn.Module, "zero_grad", zeroing):
         yield
-        return
-    originals = torch.optim.Optimizer.zero_grad, torch.nn.Module.zero_grad
-    torch.optim.Optimizer.zero_grad = torch.nn.Module.zero_grad = lambda self, *a, **k: None
-    try:
-        yield
-    finally:
-        torch.optim.Optimizer.zero_grad, torch.nn.Module.zero_grad = originals
 
 
-def run(start, x, y, step, seed, removals=(), recorder=None):
-    """Run ``step(model, x, y, *objects)`` on a copy of ``start``; a ``Window``."""
+def dense(g):
+    return g.to_dense() if g.is_sparse else g
+
+
+def run(start, x, y, step, seed, removals=(), grads=None):
+    """Run ``step(model, x, y, *objects)`` on a copy of ``start``; a ``Window``. ``grads``
+    (name -> tensor): gradients left in ``.grad`` before the window, as a previous window that
+    was never zeroed would leave them."""
     s = start.copy()
     for module in s.model.modules():
         if ("dropout" in removals and isinstance(module, DROPOUT)) or (
                 "batchnorm" in removals and isinstance(module, BATCHNORM)):
             module.eval()
     names = {id(p): name for name, p in s.model.named_parameters()}
+    for name, p in s.model.named_parameters():
+        if grads is not None and name in grads:
+            p.grad = grads[name].clone()
     first = {name: p.detach().clone() for name, p in s.model.named_parameters()}
     state0 = None if s.optimizer is None else _state(s.optimizer)
-    window, calls = Window({}), []
+    window, counts = Window({}), {}
     if s.optimizer is not None:
         window.steps = 0
 
@@ -192,20 +221,38 @@ def run(start, x, y, step, seed, removals=(), recorder=None):
             window.moved = [n for n, p in s.model.named_parameters()
                             if not same(p.detach(), first[n])]
             window.state_changed = not same(opt.state_dict()["state"], state0["state"])
+            window.training = {n: m.training for n, m in s.model.named_modules()}
+            window.clips_before = counts.get("clip", 0)
+            window.zeroed_before = counts.get("zero", 0)
+            window.scheduled_before = counts.get("schedule", 0)
         s.optimizer.register_step_pre_hook(record)
+    if s.scheduler is not None:
+        scheduler_step = s.scheduler.step
+
+        def counted_step(*args, **kwargs):
+            counts["schedule"] = counts.get("schedule", 0) + 1
+            return scheduler_step(*args, **kwargs)
+        s.scheduler.step = counted_step
     devices = sorted({t.device.index or 0 for t in (x, *s.model.parameters())
                       if t.device.type == "cuda"})
-    with torch.random.fork_rng(devices=devices), _clipping("clipping" in removals, calls), \
-            _zeroing("zeroing" in removals):
+    with torch.random.fork_rng(devices=devices), _observed(removals, counts):
         torch.manual_seed(seed)
         step(s.model, x.detach().clone(), y.detach().clone(), *s.objects())
     if s.optimizer is None:
         window.grads = {n: p.grad.detach().clone() for n, p in s.model.named_parameters()
                         if p.grad is not None}
+        window.training = {n: m.training for n, m in s.model.named_modules()}
+        window.clips_before, window.zeroed_before = counts.get("clip", 0), counts.get("zero", 0)
     window.params = {n: p.detach().clone() for n, p in s.model.named_parameters()}
+    window.buffers = {n: b.detach().clone() for n, b in s.model.named_buffers()}
+    window.cleared = all(p.grad is None or not bool(dense(p.grad).any())
+                         for p in s.model.parameters())
     window.optimizer_state = _state(s.optimizer)
+    window.hyper_after = None if s.optimizer is None else hyperparameters(s.optimizer)
+    if s.scheduler is not None:
+        del s.scheduler.step  # the instance attribute: state_dict must not hold it
     window.scheduler_state, window.scaler_state = _state(s.scheduler), _state(s.scaler)
-    window.clip_calls = len(calls)
+    window.clip_calls = counts.get("clip", 0)
     return window
 
 

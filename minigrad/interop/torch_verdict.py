@@ -30,7 +30,7 @@ from minigrad.interop.torch_bound import (
     mse_factor,
     per_sample_sums,
 )
-from minigrad.interop.torch_runs import BATCHNORM, replay, run, same
+from minigrad.interop.torch_runs import BATCHNORM, dense, replay, run, same
 
 NORMS_FOR_KAPPA = (torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm, *BATCHNORM)
 
@@ -55,24 +55,35 @@ class Reference:
         self.has = [o is not None for o in (start.optimizer, start.scheduler, start.scaler)]
         self.need_kappa = any(isinstance(m, NORMS_FOR_KAPPA) for m in start.model.modules())
 
+    def _loss(self, model, x, y):
+        try:
+            out = model(x)
+            loss = self.loss_fn(out, y)
+        except Exception as error:
+            raise ValueError(f"the full-batch reference loss_fn(model(x), y) raised "
+                             f"{type(error).__name__}: {error}") from error
+        tensors = [t for t in _tensors(out) if t.is_floating_point()]
+        if not torch.is_tensor(loss) or loss.ndim != 0 or not tensors:
+            raise ValueError(f"loss_fn(model(x), y) must be a scalar mean over items of a "
+                             f"model output holding a floating tensor, got {loss!r}"[:300])
+        first = max(tensors, key=lambda t: t.numel())  # the logits of a model's output
+        self.kappa = mse_factor(self.loss_fn, first.detach(), y)
+        self.classes = first.shape[-1] if first.ndim > 1 else 1
+        self.loss = loss.detach()
+        return out, loss
+
     def __call__(self, model, x, y, *objects):
         given = iter(objects)
         optimizer, scheduler, scaler = (next(given) if h else None for h in self.has)
         self.recorder = BoundRecorder(model, x.shape[0], self.need_kappa)
         try:
-            out = model(x)
-            tensors = [t for t in _tensors(out) if t.is_floating_point()]
-            first = max(tensors, key=lambda t: t.numel())  # the logits of a model's output
-            self.kappa = mse_factor(self.loss_fn, first.detach(), y)
-            self.classes = first.shape[-1] if first.ndim > 1 else 1
-            loss = self.loss_fn(out, y)
-            self.loss = loss.detach()
+            out, loss = self._loss(model, x, y)
             self.scale = 1.0 if scaler is None else float(scaler.get_scale())
             (loss if scaler is None else scaler.scale(loss)).backward()
         finally:
             self.recorder.remove()
         self.names = {id(p): n for n, p in model.named_parameters()}
-        self.raw = {n: p.grad.detach().double() / self.scale
+        self.raw = {n: dense(p.grad.detach()).double() / self.scale
                     for n, p in model.named_parameters() if p.grad is not None}
         if scaler is not None:
             scaler.unscale_(optimizer)
@@ -136,7 +147,7 @@ def seen_gradient(window):
     """Name -> float64 gradient the step saw (a fused step's scaled gradient unscaled)."""
     scale = window.step_kwargs.get("grad_scale")
     scale = 1.0 if scale is None else float(scale)
-    return {n: g.double() / scale for n, g in window.grads.items()}
+    return {n: dense(g).double() / scale for n, g in window.grads.items()}
 
 
 def gaps(acc, ref, bound):
@@ -161,52 +172,107 @@ def _lrs(hyper):
     return [h.get("lr") for h in hyper]
 
 
+def _scheduler_state(state):
+    """A scheduler's state without ReduceLROnPlateau's ``best``: the metric the user passes
+    (a loss summed over micro-batches) is the full batch's only up to rounding."""
+    return None if state is None else {k: v for k, v in state.items() if k != "best"}
+
+
+def _mode(acc, ref):
+    changed = [n for n, t in acc.training.items() if ref.training.get(n, t) != t]
+    if not changed:
+        return []
+    mode = "train" if acc.training[changed[0]] else "eval"
+    names = ", ".join(n or "the model" for n in changed[:4]) + (" ..." if len(changed) > 4
+                                                                else "")
+    return [f"train_step ran {names} in {mode} mode, where the full batch runs them in the "
+            f"mode they were given (model.{mode}() inside the window: dropout and BatchNorm "
+            "differ)"]
+
+
 def update_causes(start, acc, ref):
-    """What in the window's update differs exactly from the full batch's (a list of causes)."""
+    """What the window did differently from the full batch, observed exactly: (causes that
+    make the gradient comparison moot, causes beside it). The first list: no step, several
+    steps, a change of the parameters, the optimizer's state or a module's mode before the
+    step; the second: zero_grad or clipping inside the window, the hyperparameters, the
+    scheduler, the scaler, the buffers, and the replay of the step."""
     if start.optimizer is None:
         moved = [n for n, p in start.model.named_parameters()
                  if not same(p.detach(), acc.params[n])]
-        return [f"train_step changed the parameters {', '.join(moved)} but no optimizer was "
-                "given: pass it as optimizer= so that the update is compared"] if moved else []
+        blocking = [f"train_step changed the parameters {', '.join(moved)} but no optimizer "
+                    "was given: pass it as optimizer= so that the update is compared"] \
+            if moved else []
+        return blocking + _mode(acc, ref), _inside(acc, acc.clips_before) + _buffers(acc, ref)
     if acc.steps == 0:
-        return ["optimizer.step() was never called in the window"]
+        return ["optimizer.step() was never called in the window"], []
     if acc.steps > 1:
         return [f"optimizer.step() was called {acc.steps} times in one window, not once: "
-                "the optimizer steps per micro-batch"]
-    causes = []
+                "the optimizer steps per micro-batch, and its count advances with each"], []
+    blocking = _mode(acc, ref)
     if acc.moved:
-        causes.append(f"the parameters {', '.join(acc.moved)} changed inside the window "
-                      "before optimizer.step(): weight decay (or another update) applied "
-                      "per micro-batch")
+        blocking.append(f"the parameters {', '.join(acc.moved)} changed inside the window "
+                        "before optimizer.step(): weight decay (or another update) applied "
+                        "per micro-batch")
     if acc.state_changed:
-        causes.append("the optimizer's state (its moments and step counts) was changed "
-                      "inside the window before step(): cleared or reset mid-window")
-    if _lrs(acc.hyper) != _lrs(ref.hyper):
-        causes.append(f"the update used learning rates {_lrs(acc.hyper)}, the full batch "
-                      f"{_lrs(ref.hyper)}: a scheduler stepped inside the window")
+        blocking.append("the optimizer's state (its moments and step counts) was changed "
+                        "inside the window before step(): cleared or reset mid-window")
+    causes = _inside(acc, acc.clips_before)
+    a_state, r_state = (_scheduler_state(w.scheduler_state) for w in (acc, ref))
+    a, r = ((w or {}).get("last_epoch") for w in (a_state, r_state))
+    count = f"the scheduler's count after the window is {a}, the full batch's {r}"
+    lrs_differ = _lrs(acc.hyper) != _lrs(ref.hyper)
+    if acc.scheduled_before or lrs_differ:
+        causes.append(
+            (f"scheduler.step() ran {acc.scheduled_before} time(s) before optimizer.step()"
+             if acc.scheduled_before else "the learning rates at step() differ")
+            + (f": the update used learning rates {_lrs(acc.hyper)}, the full batch "
+               f"{_lrs(ref.hyper)}" if lrs_differ else ": the rate has not moved yet, but "
+               "every later update uses a rate stepped ahead of its own")
+            + (f"; {count}" if a != r else ""))
     for key in sorted({k for h in ref.hyper for k in h} - {"lr", "initial_lr"}):
         mine, theirs = [h.get(key) for h in acc.hyper], [h.get(key) for h in ref.hyper]
         if not same(mine, theirs):
             causes.append(f"the optimizer's {key} at step() was {mine}, the full batch's "
                           f"{theirs}")
-    if not same(acc.scheduler_state, ref.scheduler_state):
-        a, r = (s.get("last_epoch") for s in (acc.scheduler_state, ref.scheduler_state))
-        why = ("it stepped per micro-batch (even where the rate has not moved yet)"
-               if a is not None and r is not None and a > r else "it did not step once")
-        causes.append(f"the scheduler's count after the window is {a}, the full batch's {r}: "
-                      f"{why}" if a != r else "the scheduler's state after the window "
-                      "differs from the full batch's")
+    if not same(a_state, r_state) and not (acc.scheduled_before or lrs_differ):
+        causes.append(f"{count}: it did not step once" if a is not None and r is not None
+                      and a < r else f"{count}: it stepped per micro-batch" if a != r
+                      else "the scheduler's state after the window differs from the full "
+                      "batch's")
+    elif same(a_state, r_state) and not same(acc.hyper_after, ref.hyper_after):
+        causes.append(f"the optimizer's param_groups after the window differ from the full "
+                      f"batch's: learning rates {_lrs(acc.hyper_after)} against "
+                      f"{_lrs(ref.hyper_after)} (changed after the step)")
     if not same(acc.scaler_state, ref.scaler_state):
         a, r = acc.scaler_state, ref.scaler_state
         causes.append(f"the GradScaler after the window holds scale {a.get('scale')} and "
                       f"growth tracker {a.get('_growth_tracker')}, the full batch's "
                       f"{r.get('scale')} and {r.get('_growth_tracker')}: update() ran per "
                       "micro-batch, or not once")
-    if acc.grads and not causes:
+    causes += _buffers(acc, ref)
+    if acc.grads and not blocking and not causes:
         params, state = replay(start, acc)
         if not (same(params, acc.params) and same(state["state"],
                                                   acc.optimizer_state["state"])):
             causes.append("the update is not one optimizer.step() of the gradient it saw: "
                           "the parameters or the optimizer's state changed after the step")
+    return blocking, causes
+
+
+def _inside(acc, clips):
+    causes = []
+    if acc.zeroed_before:
+        causes.append(f"zero_grad() cleared the gradients {acc.zeroed_before} time(s) inside "
+                      "the window, before the step: only the micro-batches after the last "
+                      "one count")
+    if clips > 1:
+        causes.append(f"the gradient was clipped {clips} times in the window: per micro-batch "
+                      "(each partial sum clipped on its own), not once after the window")
     return causes
 
+
+def _buffers(acc, ref):
+    moved = [n for n, b in ref.buffers.items() if not same(acc.buffers.get(n), b)]
+    return [f"the buffers {', '.join(moved[:4])}{' ...' if len(moved) > 4 else ''} after the "
+            "window differ from the full batch's (BatchNorm's running statistics updated per "
+            "micro-batch, or by an extra forward in train mode)"] if moved else []

@@ -6,6 +6,7 @@ that are, and never changes what it is given. Precision, the bound and GPUs:
 ``test_torch_precision.py``.
 """
 
+import math
 import subprocess
 import sys
 
@@ -89,8 +90,9 @@ def test_batchnorm_is_flagged_and_named_group_and_layer_norm_pass():
     x, y = data()
     report = check_accumulation(mlp(torch.nn.BatchNorm1d(8)), LOSS, x, y, item_weighted)
     assert report.equivalent is False
-    assert len(report.causes) == 1 and "batch-coupled" in report.causes[0]
-    assert "1 (BatchNorm1d)" in report.causes[0]
+    assert "batch-coupled" in report.causes[0] and "1 (BatchNorm1d)" in report.causes[0]
+    # and its running statistics moved once per micro-batch, not once
+    assert report.causes[1:] == [c for c in report.causes if "1.running_mean" in c] != []
     for norm in (torch.nn.GroupNorm(2, 8), torch.nn.LayerNorm(8)):
         assert check_accumulation(mlp(norm.double()), LOSS, x, y, item_weighted).equivalent
 
@@ -126,6 +128,7 @@ def test_a_scheduler_stepped_per_micro_batch_is_flagged():
         item_weighted(model, x, y)
         opt.step()
         sched.step()
+        opt.zero_grad()
 
     def per_micro_batch(model, x, y, opt, sched):
         for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
@@ -217,7 +220,9 @@ def test_clipping_the_window_passes_clipping_each_micro_batch_is_flagged():
 
     assert check_accumulation(mlp(), LOSS, x, y, clip_once, max_norm=max_norm).equivalent
     bad = check_accumulation(mlp(), LOSS, x, y, clip_each, max_norm=max_norm)
-    assert bad.equivalent is False and len(bad.causes) == 1 and "clipping" in bad.causes[0]
+    assert bad.equivalent is False and bad.causes == [
+        "the gradient was clipped 3 times in the window: per micro-batch (each partial sum "
+        "clipped on its own), not once after the window"]
     unsaid = check_accumulation(mlp(), LOSS, x, y, clip_once)  # no max_norm given
     assert unsaid.equivalent is False and "got no max_norm" in unsaid.causes[0]
 
@@ -516,3 +521,126 @@ def test_a_dict_output_a_plateau_scheduler_and_a_scheduler_never_stepped():
     report = check_accumulation(model, loss_fn, x, y, lambda *a: step(*a, plateau=False),
                                 optimizer=opt, scheduler=sched)
     assert report.equivalent is False and "did not step once" in report.causes[0]
+
+
+# --- what a window leaves behind, and two mistakes at once ----------------------------------
+
+def items_window(model, x, y):
+    item_weighted(model, x, y)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+@pytest.mark.parametrize("name, step, words", [
+    ("never zeroed", lambda m, x, y, o, s: (items_window(m, x, y), o.step(), s.step()),
+     "never zeroed"),
+    ("rate changed after the step",
+     lambda m, x, y, o, s: (items_window(m, x, y), o.step(), s.step(), o.zero_grad(),
+                            o.param_groups[0].__setitem__("lr", 0.0)),
+     "param_groups after the window"),
+    ("scheduler before the optimizer",
+     lambda m, x, y, o, s: (items_window(m, x, y), s.step(), o.step(), o.zero_grad()),
+     "ran 1 time(s) before optimizer.step(): the rate has not moved yet"),
+    ("eval mode inside the window",
+     lambda m, x, y, o, s: (m.eval(), items_window(m, x, y), o.step(), s.step(),
+                            o.zero_grad()),
+     "in eval mode"),
+])
+def test_what_the_window_leaves_for_the_next_one_is_compared(name, step, words):
+    x, y = data()
+    model = mlp(torch.nn.Dropout(0.2))
+    opt, sched = primed(model)  # StepLR(step_size=10): the rate does not move in one window
+    report = check_accumulation(model, LOSS, x, y, step, optimizer=opt, scheduler=sched)
+    assert report.equivalent is False, name
+    assert any(words in c for c in report.causes), report.causes
+
+
+def test_an_extra_forward_in_train_mode_moves_batchnorm_statistics():
+    x, y = data()
+    model = mlp(torch.nn.BatchNorm1d(8)).eval()   # eval: BatchNorm is not batch-coupled
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def logged(model, x, y, opt):
+        item_weighted(model, x, y)
+        model.train()
+        model(x)                                   # "just for logging", in train mode
+        model.eval()
+        opt.step()
+        opt.zero_grad()
+
+    report = check_accumulation(model, LOSS, x, y, logged, optimizer=opt)
+    assert report.equivalent is False and "1.running_mean" in report.causes[0]
+
+
+def test_two_mistakes_in_one_loop_are_both_named():
+    x, y = data()
+
+    def zeroed_and_undivided(model, x, y):
+        for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(xj), yj, reduction="sum").backward()
+
+    report = check_accumulation(mlp(), LOSS, x, y, zeroed_and_undivided)
+    assert report.equivalent is False and len(report.causes) == 2
+    assert "12 x the full-batch" in report.causes[0]
+    assert "zero_grad() cleared the gradients 2 time(s)" in report.causes[1]
+
+    def clipped_textbook(model, x, y):
+        for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
+            torch.nn.functional.cross_entropy(model(xj), yj).div(len(SIZES)).backward()
+            torch.nn.utils.clip_grad_value_(model.parameters(), 0.01)
+
+    report = check_accumulation(mlp(), LOSS, x, y, clipped_textbook)
+    assert [c.split(":")[0] for c in report.causes] == [
+        "the items are weighted differently from the full batch's mean, with the right total "
+        "weight (on a batch of identical items the gap goes)",
+        "the gradient was clipped 3 times in the window"]
+
+
+class Positional(torch.nn.Module):
+    """A dict output (a ModelOutput) and a parameter outside any known module."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.out = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+        self.pos = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return {"logits": self.out(torch.tanh(self.embed(x) + self.pos))}
+
+
+def test_dict_outputs_with_uncovered_parameters_and_sparse_embeddings():
+    x, y = data()
+
+    def logits_loss(out, y):
+        return torch.nn.functional.cross_entropy(out["logits"], y)
+
+    def step(model, x, y):
+        for xj, yj in zip(x.split(SIZES), y.split(SIZES)):
+            logits_loss(model(xj), yj).mul(len(yj) / len(y)).backward()
+
+    report = check_accumulation(Positional().double(), logits_loss, x, y, step)
+    assert report.equivalent is True and math.isfinite(report.parameters["pos"].bound)
+    torch.manual_seed(0)
+    sparse = torch.nn.Sequential(torch.nn.Embedding(20, 8, sparse=True),
+                                 torch.nn.Linear(8, 3)).double()
+    ids = torch.randint(0, 20, (12,))
+    opt = torch.optim.SGD(sparse.parameters(), lr=0.1)
+
+    def sparse_step(model, x, y, opt):
+        step(lambda t: {"logits": model(t)}, x, y)
+        opt.step()
+        opt.zero_grad()
+
+    assert check_accumulation(sparse, LOSS, ids, y, sparse_step, optimizer=opt).equivalent
+
+
+def test_a_loss_that_is_not_a_scalar_mean_and_a_boolean_max_norm_are_refused():
+    x, y = data()
+    with pytest.raises(ValueError, match=r"loss_fn\(model\(x\), y\) must be a scalar mean"):
+        check_accumulation(mlp(), lambda out, y: torch.nn.functional.cross_entropy(
+            out, y, reduction="none"), x, y, item_weighted)
+    with pytest.raises(ValueError, match=r"reference loss_fn\(model\(x\), y\) raised IndexError"):
+        check_accumulation(mlp(), lambda out, y: out["logits"], x, y, item_weighted)
+    with pytest.raises(ValueError, match="max_norm must be None or a positive number, got True"):
+        check_accumulation(mlp(), LOSS, x, y, item_weighted, max_norm=True)
