@@ -129,6 +129,32 @@ def exec_page(path):
     return outputs, sessions
 
 
+def table_rows(output):
+    """The body rows of the first Markdown table a page's block printed, as lists of cells."""
+    lines = [line.strip().strip("|").split("|") for line in output.splitlines()
+             if line.startswith("|")]
+    return [[cell.strip() for cell in line] for line in lines[2:]]
+
+
+def first_number(cell):
+    """The first number written in a table cell."""
+    return float(re.search(r"-?\d+(\.\d+)?(e[-+]\d+)?", cell)[0])
+
+
+def relative_rounding(make, loss, x, y):
+    """|b|_2 / |g|_2: the relative 2-norm by which an accumulated gradient of ``make()`` on
+    ``(x, y)`` may differ from the full-batch one by rounding alone
+    (``bounds.gradient_bound``, elementwise, as tests/docs/test_concepts.py derives it)."""
+    from minigrad.analysis import bounds
+
+    per_item = bounds.per_item_gradients(make(), loss, x, y)
+    items = loss.num_items(y)
+    b = bounds.flat(bounds.gradient_bound(per_item, items, make().sizes,
+                                          bounds.condition_number(make(), loss, x, y)).values())
+    g = bounds.flat([sum(a[k] for a in per_item) / items for k in per_item[0]])
+    return float(np.linalg.norm(b) / np.linalg.norm(g))
+
+
 def minigrad_check(argv):
     """Parse ``minigrad check ARGV`` as the ``minigrad`` parser does and run it: the status."""
     from minigrad.apps import check_command, cli

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from helpers import FENCE, exec_page
+from helpers import FENCE, exec_page, first_number, relative_rounding, table_rows
 
 from minigrad.analysis import bounds
 
@@ -30,26 +30,10 @@ def run():
 
 
 def rounding(scope, x, y):
-    """|b|_2 / |g|_2: the relative 2-norm by which the item-weighted gradient of ``make()`` on
-    ``(x, y)``, summed in another order, may differ from the full-batch one by rounding alone
-    (``bounds.gradient_bound``, elementwise, as tests/docs/test_frameworks.py derives it)."""
-    make, loss = scope["make"], scope["loss"]
-    per_item = bounds.per_item_gradients(make(), loss, x, y)
-    items = loss.num_items(y)
-    b = bounds.flat(bounds.gradient_bound(per_item, items, make().sizes,
-                                          bounds.condition_number(make(), loss, x, y)).values())
-    g = bounds.flat([sum(a[k] for a in per_item) / items for k in per_item[0]])
-    return float(np.linalg.norm(b) / np.linalg.norm(g))
+    return relative_rounding(scope["make"], scope["loss"], x, y)
 
 
-def rows(output):
-    lines = [line.strip().strip("|").split("|") for line in output.splitlines()
-             if line.startswith("|")]
-    return [[cell.strip() for cell in line] for line in lines[2:]]
-
-
-def number(cell):
-    return float(re.search(r"-?\d+(\.\d+)?(e[-+]\d+)?", cell)[0])
+rows, number = table_rows, first_number
 
 
 def pair(cell):
