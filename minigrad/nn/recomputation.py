@@ -4,9 +4,10 @@ in the backward.
 ``Recompute(module)`` runs ``module``'s forward without recording its graph, so none of
 the arrays the block's primitives would save (its activations) stays alive; its one node
 keeps the block's inputs and parameters. When the backward reaches that node, the forward
-runs again, now recording, and the walk goes back through it. This is PyTorch's
-``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, with three differences
-that make the recomputed forward the SAME computation as the first:
+runs again, now recording, and the engine's walk goes back through it: a walk inside the
+walk, the design of PyTorch's reentrant ``torch.utils.checkpoint.checkpoint(...,
+use_reentrant=True)`` (``CheckpointFunction``), with three differences that make the
+recomputed forward the SAME computation as the first:
 
 * **the state it reads is put back**: every module's training flag, each ``Dropout``'s
   call count, the dropout keys (``dropout_keys``) and the buffers are those of the first
