@@ -6,8 +6,9 @@ planner (with ``recompute_choice``, which hidden layers to recompute). The noteb
 experiments live here too: ``contrastive`` (GradCache's bound, retrieval, the towers'
 gradient norms; ``contrastive_check`` is ``check`` for InfoNCE), ``pitfalls`` (the wrong
 loops, one mistake at a time), ``libraries`` (one training on several array libraries),
-``norm_training`` (normalisation layers trained both ways) and ``costs`` (what an update
-costs in time and memory).
+``norm_training`` (normalisation layers trained both ways), ``costs`` (what an update
+costs in time and memory), and ``claims`` with ``outcomes`` (the articles' claims as verdict
+rows; the rule a verdict on training outcomes meets: seeds, lengths, mean and spread).
 
 Each module is imported on first use (PEP 562), so ``import minigrad.analysis`` costs
 nothing and HIPS autograd is imported only with ``reference``.
@@ -17,8 +18,8 @@ import importlib
 
 __all__ = ["batchnorm", "bounds", "check", "claims", "communication", "contrastive",
            "contrastive_check", "costs", "equivalence", "exact", "explorer_extras", "libraries",
-           "memory", "memory_theory", "metrics", "norm_training", "pitfalls", "planner",
-           "power", "recompute_choice", "reference", "trajectory"]
+           "memory", "memory_theory", "metrics", "norm_training", "outcomes", "pitfalls",
+           "planner", "power", "recompute_choice", "reference", "trajectory"]
 
 
 def __getattr__(name):

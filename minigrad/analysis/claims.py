@@ -6,7 +6,16 @@ A claim is decided one of three ways (``HOW``): by an **experiment**, whose verd
 ``verdict`` computes from the facts it measured; by a **citation** that settles it (who
 introduced a technique, what a library does by default); or not at all, where minigrad
 lacks what the claim is about (``untestable``). A verdict is one of ``VERDICTS``; "holds
-only if" names its condition and "cannot be tested here" its reason.
+only if" names its condition and "cannot be tested here" its reason. A published method's
+result that the experiment does not reproduce is "not reproduced here", never "does not
+hold": the row then says what the paper reports and what this setup differs in
+(``published``), beside what was measured.
+
+A verdict that rests on training outcomes (accuracy, loss, norms along training) carries
+its ``outcome``, a record of ``minigrad.analysis.outcomes`` that meets the rule of outcome
+verdicts (seeds, training lengths, every value kept); the table shows it as mean and
+standard deviation over the seeds. Where the claim held at one length and not at another,
+the verdict is "holds only if" and its condition names every length.
 
 The notebook displays the rows with ``bundle``: a Markdown table for the reader, and the
 rows themselves as JSON under ``MIME``, which ``from_notebook`` reads back from the
@@ -19,11 +28,15 @@ executed copy, so the site shows the verdicts the notebook computed, not a secon
 """
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
-VERDICTS = ("holds", "holds only if", "does not hold", "cannot be tested here")
+from minigrad.analysis import outcomes
+
+VERDICTS = ("holds", "holds only if", "does not hold", "not reproduced here",
+            "cannot be tested here")
 """The verdicts a claim can get, in this order in the tables."""
 HOW = ("experiment", "citation", "not testable")
 """How a claim was decided: by an experiment run here, by a cited source, or not at all."""
@@ -40,19 +53,21 @@ MIME = "application/vnd.minigrad.claims+json"
 """The output type under which the notebook records its rows (``bundle``)."""
 
 
-def verdict(holds, breaks_without_condition=False):
+def verdict(holds, breaks_without_condition=False, *, published=False):
     """The verdict on a claim from two measured facts.
 
     ``holds``: the claim held where the article says it does (under the condition the
     experiment names, if any); ``breaks_without_condition``: it failed once that condition
     was dropped. Held and never broke: "holds"; held but broke without the condition:
-    "holds only if"; did not hold: "does not hold".
+    "holds only if"; did not hold: "does not hold", or "not reproduced here" when the
+    claim is a ``published`` method's result (a small setup that differs from the paper's
+    cannot refute it, only fail to reproduce it).
 
-    >>> verdict(True), verdict(True, True), verdict(False)
-    ('holds', 'holds only if', 'does not hold')
+    >>> verdict(True), verdict(True, True), verdict(False), verdict(False, published=True)
+    ('holds', 'holds only if', 'does not hold', 'not reproduced here')
     """
     if not _flag("holds", holds):
-        return "does not hold"
+        return "not reproduced here" if _flag("published", published) else "does not hold"
     return "holds only if" if _flag("breaks_without_condition", breaks_without_condition) \
         else "holds"
 
@@ -65,14 +80,33 @@ def _flag(name, value):
     return bool(value)
 
 
+def published(source, reports, differs):
+    """What a paper reports (``reports``) and what this setup differs in from the paper's
+    (``differs``: model, data, scale): the context of a claim about a published method's
+    result, shown beside what was measured."""
+    record = {"source": source, "reports": reports, "differs": differs}
+    _check_published(record, "published")
+    return record
+
+
+def _check_published(record, where):
+    if not isinstance(record, dict) or set(record) != {"source", "reports", "differs"} or \
+            not all(isinstance(v, str) and v.strip() for v in record.values()):
+        raise ValueError(f"{where}: a published result names its source, what it reports and "
+                         f"what this setup differs in (make it with published())")
+
+
 def claim(number, article, text, *, evidence, verdict, condition="", how="experiment",
-          source=""):
+          source="", outcome=None, published=None):
     """One row: claim ``number`` of ``article`` (a key of ``ARTICLES``), paraphrased as
     ``text``, decided ``how`` (one of ``HOW``) by ``evidence`` (what was measured, or what
     the cited ``source`` says), with its ``verdict`` and, for "holds only if" and "cannot be
-    tested here", the ``condition`` or reason. Returns a JSON-able dict."""
+    tested here", the ``condition`` or reason; ``outcome`` (``outcomes.record``) for a verdict
+    that rests on training outcomes, ``published`` (from ``published()``) for a published
+    method's result. Returns a JSON-able dict."""
     row = {"number": number, "article": article, "claim": text, "how": how,
-           "evidence": evidence, "verdict": verdict, "condition": condition, "source": source}
+           "evidence": evidence, "verdict": verdict, "condition": condition, "source": source,
+           "outcome": outcome, "published": published}
     _check_row(row)
     return row
 
@@ -109,6 +143,26 @@ def _check_row(row):
         raise ValueError(f"{where}: how='not testable' goes with 'cannot be tested here'")
     if row["how"] == "citation" and not row["source"].strip():
         raise ValueError(f"{where}: a citation names its source")
+    if row.get("published") is not None:
+        _check_published(row["published"], where)
+        if row["how"] == "experiment" and row["verdict"] == "does not hold":
+            raise ValueError(f"{where}: an experiment here does not refute a published "
+                             "result; it is 'not reproduced here'")
+    if row["verdict"] == "not reproduced here" and (row.get("published") is None
+                                                    or row["how"] != "experiment"):
+        raise ValueError(f"{where}: 'not reproduced here' is an experiment's verdict on a "
+                         "published result: it says what the paper reports (published=)")
+    if row.get("outcome") is not None:
+        outcomes.check(row["outcome"], where)
+        if row["how"] != "experiment":
+            raise ValueError(f"{where}: an outcome record goes with an experiment")
+        if len(set(row["outcome"]["held"])) > 1:
+            missing = [n for n in row["outcome"]["lengths"]
+                       if not re.search(rf"(?<![\d.]){n}(?![\d.])", row["condition"])]
+            if row["verdict"] != "holds only if" or missing:
+                raise ValueError(f"{where}: the claim held at some training lengths and not "
+                                 f"at others: the verdict is 'holds only if' and its "
+                                 f"condition names every length")
 
 
 def check_rows(rows):
@@ -133,7 +187,14 @@ def _decided(row):
         return f"citation: {row['evidence']} ({row['source']})"
     if row["how"] == "not testable":
         return row["evidence"] or "-"
-    return f"experiment: {row['evidence']}"
+    text = f"experiment: {row['evidence']}"
+    if row.get("outcome") is not None:
+        text += f"; {outcomes.said(row['outcome'])}"
+    if row.get("published") is not None:
+        p = row["published"]
+        text += f"; published: {p['source']} reports {p['reports']}; this setup differs: " \
+                f"{p['differs']}"
+    return text
 
 
 def _cell(text):
@@ -185,4 +246,4 @@ def from_notebook(path):
 
 
 __all__ = ["ARTICLES", "HOW", "MIME", "VERDICTS", "bundle", "check_rows", "claim", "counts",
-           "from_notebook", "said", "table", "untestable", "verdict"]
+           "from_notebook", "published", "said", "table", "untestable", "verdict"]

@@ -31,7 +31,8 @@ back-propagates G_i through sample i's own tower graph, so they differ in three 
 
 Part 1 is rigorous; parts 2 and 3 are the first-order model of ``bounds`` (normwise, with
 the same caveat about a ReLU input within rounding of its kink). Divided by ``items`` (the
-loss' ``num_items``) as the update divides.
+loss' ``num_items``) as the update divides. ``bound_from_terms`` is the formula alone, for
+terms a_i computed by another framework (notebook 09 checks PyTorch's GradCache with it).
 """
 
 import numpy as np
@@ -94,18 +95,31 @@ def gradcache_bound(model, loss, x, y, step_index=0, *, u=U64):
     divides by ``loss.num_items(y)`` (derived in the module docstring), and the ``kappa``
     it used. ``model``: an ``nn.DualEncoder`` of Sequential towers (such as ``nn.MLP``)."""
     towers = (model.query_tower, model.passage_tower)
-    m_tower = max(per_item_roundings(tower_sizes(t)) for t in towers)
+    roundings = max(per_item_roundings(tower_sizes(t)) for t in towers)  # Sequential towers
     per_item = sample_gradients(model, loss, x, y, step_index)
-    q, p = (np.abs(backend.to_numpy(a)).astype(np.float64) for a in encode(model, x, step_index))
-    z = float(np.max(q @ p.T)) / float(getattr(loss, "temperature", 1.0))
+    q, p = (backend.to_numpy(a) for a in encode(model, x, step_index))
     kappa_tower = max(condition_number(tower, None, x[:, k, ...], None, step_index)
                       for k, tower in enumerate(towers))
-    kappa = kappa_tower * (1 + 2 * z)
-    n, width = x.shape[0], q.shape[1]
-    directions = 2 if getattr(loss, "symmetric", False) else 1
-    m = m_tower + width + (2 * n + 10) * directions
+    return bound_from_terms(per_item, q, p, temperature=getattr(loss, "temperature", 1.0),
+                            symmetric=getattr(loss, "symmetric", False),
+                            tower_roundings=roundings, kappa_tower=kappa_tower,
+                            items=loss.num_items(y), u=u)
+
+
+def bound_from_terms(per_item, q, p, *, temperature, symmetric, tower_roundings,
+                     kappa_tower=1.0, items=1, u=U64):
+    """``gradcache_bound``'s formula on terms computed anywhere (PyTorch's, for one): name ->
+    elementwise bound, and kappa. ``per_item``: per sample, name -> its term a_i = J_i^T G_i
+    of the gradient divided by ``items``; ``q``, ``p``: the batch's representations;
+    ``tower_roundings``: ``per_item_roundings`` of the towers' widths; ``kappa_tower``: their
+    ``condition_number`` (1 without a normalisation)."""
+    per_item = [{k: np.asarray(v, dtype=np.float64) for k, v in a.items()} for a in per_item]
+    q, p = (np.abs(np.asarray(a, dtype=np.float64)) for a in (q, p))
+    kappa = kappa_tower * (1 + 2 * float(np.max(q @ p.T)) / float(temperature))
+    n, width = q.shape
+    m = tower_roundings + width + (2 * n + 10) * (2 if symmetric else 1)
     s_norm = sum(max(float(np.max(np.abs(g))) for g in a.values()) for a in per_item)
-    summation, items = 2 * gamma(n + 1, u), loss.num_items(y)
+    summation = 2 * gamma(n + 1, u)
     bound = {name: (summation * sum(np.abs(a[name]) for a in per_item)
                     + 2 * gamma(m, u) * kappa * s_norm) / items for name in per_item[0]}
     return bound, kappa

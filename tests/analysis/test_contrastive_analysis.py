@@ -7,7 +7,7 @@ import pytest
 from pairs import batch, dual
 
 from minigrad import nn
-from minigrad.analysis import contrastive
+from minigrad.analysis import bounds, contrastive
 
 
 def test_retrieval_accuracy_counts_the_queries_whose_own_passage_scores_highest():
@@ -38,3 +38,25 @@ def test_the_bound_grows_with_the_logits_magnitude():
     bounds = [contrastive.gradcache_bound(dual(), nn.InfoNCELoss(temperature=t), x, y)[1]
               for t in (1.0, 0.1)]
     assert bounds[1] > 5 * bounds[0]
+
+
+def test_the_formula_alone_gives_the_bound_from_the_same_terms():
+    """bound_from_terms on gradcache_bound's own ingredients (the terms divided by the items
+    beforehand) gives its bound: the formula a PyTorch check can use is the derived one."""
+    model, loss = dual(), nn.InfoNCELoss(temperature=0.5, symmetric=True)
+    x, y = batch(6)
+    bound, kappa = contrastive.gradcache_bound(model, loss, x, y)
+    items = loss.num_items(y)
+    terms = [{k: v / items for k, v in a.items()}
+             for a in contrastive.sample_gradients(model, loss, x, y)]
+    q, p = contrastive.encode(model, x)
+    sizes = [contrastive.tower_sizes(t) for t in (model.query_tower, model.passage_tower)]
+    again, kappa_again = contrastive.bound_from_terms(
+        terms, q, p, temperature=0.5, symmetric=True,
+        tower_roundings=max(bounds.per_item_roundings(s) for s in sizes),
+        kappa_tower=kappa / (1 + 2 * float(np.max(np.abs(q) @ np.abs(p).T)) / 0.5))
+    # The same formula; only where the division by the items happens moves the last bits
+    # (a few ulps, far inside 1e-12).
+    assert kappa_again == pytest.approx(kappa, rel=1e-12)
+    for name in bound:
+        np.testing.assert_allclose(again[name], bound[name], rtol=1e-12)

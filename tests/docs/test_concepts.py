@@ -293,5 +293,6 @@ def test_contrastive_gradcache_is_within_the_bound_and_the_banks_balance_the_nor
     assert ratios["gradcache"] <= 1  # "GradCache is within the bound"
     assert ratios["naive"] > 1e6 and ratios["bank"] > 1e6  # "many orders of magnitude beyond"
     imbalance = {r[0]: number(r[1]) for r in table(outputs[2])}
-    assert imbalance["dual banks"] < imbalance["passage bank"]  # "undo the imbalance"
-    assert imbalance["full batch"] < imbalance["passage bank"]  # "a passage bank creates"
+    # The illustration the page shows (one seed, a few updates; the verdict is notebook 09's)
+    assert imbalance["dual banks"] < imbalance["passage bank"]
+    assert imbalance["full batch"] < imbalance["passage bank"]
