@@ -7,6 +7,7 @@ latest run is docs/benchmarks.md.
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -50,7 +51,8 @@ def test_the_checker_benchmark_runs_and_its_page_is_the_saved_record(tmp_path):
     done = subprocess.run([sys.executable, "benchmarks/torch_check.py", "--quick", "--docs",
                            str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "| float32 | float64 | True |" in out.read_text()
+    # at N = 512 a float32 bound may or may not be decisive: checked in float32 or float64
+    assert re.search(r"\| float32 \| float(32|64) \| True \|", out.read_text())
     page = tmp_path / "page.md"
     subprocess.run([sys.executable, "benchmarks/torch_check.py", "--from-json",
                     "benchmarks/torch-check.json", "--docs", str(page)], cwd=ROOT, check=True,
