@@ -74,7 +74,7 @@ from minigrad.accumulate import NORMALIZE, split_sizes
 from minigrad.accumulate.split import positions
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
 from minigrad.analysis.equivalence import compare_named
-from minigrad.analysis.power import IDLE, NO_VERDICT, could_fail, idle_step
+from minigrad.analysis.power import NO_VERDICT, could_fail, idle_step, no_verdict
 from minigrad.analysis.trajectory import Diverged, trajectory_bounds
 from minigrad.engine import Tensor, backend, no_grad, validate
 from minigrad.nn.mlp import ACTIVATIONS
@@ -309,7 +309,7 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
     predicted, items = _predicted(config, split, data, loss_fn)
     equivalent, reasons, notes = _verdict(config, predicted, items, updates, flips, diverged)
     if equivalent and not could_fail(row["idle_ratio"] for row in updates):
-        equivalent, reasons = None, _no_verdict(config, updates, still)
+        equivalent, reasons = None, no_verdict(config, updates, still)
     label = NOT_EQUIVALENT if equivalent is False else NO_VERDICT
     verdict = EQUIVALENT if equivalent else f"{label}: {'; '.join(reasons)}"
     return {"config": config, "sizes": split, "updates": updates, "equivalent": equivalent,
@@ -338,29 +338,6 @@ def _verdict(config, predicted, items, updates, flips, diverged):
                        f"{'inf' if ratio is None else f'{ratio:.3g}'} at update "
                        f"{first_bad + 1}), and none of the known causes applies here")
     return False, reasons, []
-
-
-def _no_verdict(config, updates, still):
-    """Why the comparison could not have failed: the cause the set-up names, if any, then
-    what the runs did."""
-    causes = []
-    if config["lr"] == 0:
-        causes.append("lr is 0, so no update moves the parameters")
-    elif config["loss"] == "cross-entropy" and config["sizes"][-1] == 1:
-        causes.append("cross-entropy over one output class is identically 0 (the log-softmax "
-                      "of a single logit), so every gradient is 0: give the model at least 2 "
-                      "outputs")
-    if still:
-        return causes + ["the full-batch run never moved the parameters, so any accumulation "
-                         "rule, even a wrong one, gives the same gap of 0"]
-    idle = max(row["idle_ratio"] for row in updates)
-    if idle == 0:
-        return causes + [f"the full-batch run moved exactly as {IDLE}, so any accumulation "
-                         f"rule, even a wrong one, gives the same gap"]
-    return causes + [f"{IDLE} stays within the floating-point bound of the full-batch run at "
-                     f"every update (gap / bound at most {idle:.3g}): the gradient moved the "
-                     f"parameters by less than rounding may, so a wrong accumulation rule "
-                     f"would pass too; a larger lr moves them further"]
 
 
 def _flip_reason(update, count, dtype):

@@ -54,3 +54,27 @@ def idle_step(optimizer):
     for p in optimizer.params:
         p.grad = p.xp.zeros_like(p.data)
     optimizer.step()
+
+
+def no_verdict(config, updates, still):
+    """Why ``check``'s comparison could not have failed: the cause its ``config`` names, if
+    any, then what the runs did (``updates`` rows with ``idle_ratio``; ``still``: the
+    full-batch run never moved)."""
+    causes = []
+    if config["lr"] == 0:
+        causes.append("lr is 0, so no update moves the parameters")
+    elif config["loss"] == "cross-entropy" and config["sizes"][-1] == 1:
+        causes.append("cross-entropy over one output class is identically 0 (the log-softmax "
+                      "of a single logit), so every gradient is 0: give the model at least 2 "
+                      "outputs")
+    if still:
+        return causes + ["the full-batch run never moved the parameters, so any accumulation "
+                         "rule, even a wrong one, gives the same gap of 0"]
+    idle = max(row["idle_ratio"] for row in updates)
+    if idle == 0:
+        return causes + [f"the full-batch run moved exactly as {IDLE}, so any accumulation "
+                         f"rule, even a wrong one, gives the same gap"]
+    return causes + [f"{IDLE} stays within the floating-point bound of the full-batch run at "
+                     f"every update (gap / bound at most {idle:.3g}): the gradient moved the "
+                     f"parameters by less than rounding may, so a wrong accumulation rule "
+                     f"would pass too; a larger lr moves them further"]
