@@ -141,10 +141,15 @@ def first_number(cell):
     return float(re.search(r"-?\d+(\.\d+)?(e[-+]\d+)?", cell)[0])
 
 
-def relative_rounding(make, loss, x, y):
-    """|b|_2 / |g|_2: the relative 2-norm by which an accumulated gradient of ``make()`` on
-    ``(x, y)`` may differ from the full-batch one by rounding alone
-    (``bounds.gradient_bound``, elementwise, as tests/docs/test_concepts.py derives it)."""
+def rounding_limits(make, loss, x, y):
+    """How far the gradient of ``make()`` on ``(x, y)``, accumulated over any split, may be
+    from the full-batch one by rounding alone, relative: ``(max_rel, rel_error)``.
+
+    b = ``bounds.gradient_bound`` (kappa from ``condition_number``) bounds |g_acc - g_full|
+    elementwise, so max|g_acc - g_full| / max|g| <= max b / max|g| (``compare_named``'s
+    max_rel) and |g_acc - g_full|_2 / |g|_2 <= |b|_2 / |g|_2 (``vector_gap``'s rel_error),
+    with g = (1/items) sum_i a_i (to first order the computed full-batch gradient).
+    """
     from minigrad.analysis import bounds
 
     per_item = bounds.per_item_gradients(make(), loss, x, y)
@@ -152,7 +157,24 @@ def relative_rounding(make, loss, x, y):
     b = bounds.flat(bounds.gradient_bound(per_item, items, make().sizes,
                                           bounds.condition_number(make(), loss, x, y)).values())
     g = bounds.flat([sum(a[k] for a in per_item) / items for k in per_item[0]])
-    return float(np.linalg.norm(b) / np.linalg.norm(g))
+    return (float(np.max(b) / np.max(np.abs(g))),
+            float(np.linalg.norm(b) / np.linalg.norm(g)))
+
+
+def relative_rounding(make, loss, x, y):
+    """|b|_2 / |g|_2 of ``rounding_limits``."""
+    return rounding_limits(make, loss, x, y)[1]
+
+
+def prose(text):
+    """A page's ``text`` without code blocks, math and inline code."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"\$\$.*?\$\$|\$[^$]+\$|`[^`]*`", "", text, flags=re.DOTALL)
+
+
+def typed_numbers(text):
+    """Decimals and powers of ten in a page's prose: measurements that belong in exec blocks."""
+    return re.findall(r"\d+\.\d+|\d[eE][-+]?\d+", prose(text))
 
 
 def minigrad_check(argv):

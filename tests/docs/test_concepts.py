@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import exec_page
+from helpers import exec_page, first_number, rounding_limits, table_rows, typed_numbers
 
 from minigrad import optim
 from minigrad.analysis import bounds, norm_training, trajectory
@@ -38,24 +38,6 @@ def scope(name, session):
     return _SCOPES[name][session]
 
 
-def rounding_limits(make, loss, x, y):
-    """How far the gradient of ``make()`` on ``(x, y)``, accumulated over any split, may be
-    from the full-batch one by rounding alone, relative: ``(max_rel, rel_error)``.
-
-    b = ``bounds.gradient_bound`` (kappa from ``condition_number``) bounds |g_acc - g_full|
-    elementwise, so max|g_acc - g_full| / max|g| <= max b / max|g| (``compare_named``'s
-    max_rel) and |g_acc - g_full|_2 / |g|_2 <= |b|_2 / |g|_2 (``vector_gap``'s rel_error),
-    with g = (1/items) sum_i a_i (to first order the computed full-batch gradient).
-    """
-    per_item = bounds.per_item_gradients(make(), loss, x, y)
-    items = loss.num_items(y)
-    b = bounds.flat(bounds.gradient_bound(per_item, items, make().sizes,
-                                          bounds.condition_number(make(), loss, x, y)).values())
-    g = bounds.flat([sum(a[k] for a in per_item) / items for k in per_item[0]])
-    return (float(np.max(b) / np.max(np.abs(g))),
-            float(np.linalg.norm(b) / np.linalg.norm(g)))
-
-
 def parameter_limit(make, make_optimizer, loss, x, y, sizes, **kwargs):
     """|theta_acc - theta_full|_2 / |theta_full|_2 allowed after one update by the derived
     trajectory bound (``trajectory.trajectory_bounds``, elementwise, so its 2-norm bounds the
@@ -66,15 +48,7 @@ def parameter_limit(make, make_optimizer, loss, x, y, sizes, **kwargs):
     return float(np.linalg.norm(bound) / np.linalg.norm(theta))
 
 
-def table(output):
-    """The rows of the first Markdown table in ``output``, as lists of cell strings."""
-    rows = [line.strip().strip("|").split("|") for line in output.splitlines()
-            if line.startswith("|")]
-    return [[cell.strip() for cell in row] for row in rows[2:]]
-
-
-def number(cell):
-    return float(re.search(r"-?\d+(\.\d+)?(e[-+]\d+)?", cell)[0])
+table, number = table_rows, first_number
 
 
 def test_every_concepts_page_of_the_site_exists():
@@ -94,10 +68,7 @@ def test_blocks_run_and_print(name):
 def test_prose_types_no_measured_number(name):
     """Decimals and powers of ten are measurements: they belong in exec blocks, not in prose
     (math between $ signs and code are left out)."""
-    text = re.sub(r"^```.*?^```", "", (CONCEPTS / f"{name}.md").read_text(),
-                  flags=re.MULTILINE | re.DOTALL)
-    text = re.sub(r"\$\$.*?\$\$|\$[^$]+\$|`[^`]*`", "", text, flags=re.DOTALL)
-    typed = re.findall(r"\d+\.\d+|\d[eE][-+]?\d+", text)
+    typed = typed_numbers((CONCEPTS / f"{name}.md").read_text())
     assert not typed, f"{name}.md types numbers in its prose: {typed}"
 
 

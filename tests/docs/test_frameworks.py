@@ -5,11 +5,10 @@ The blocks are executed the way markdown-exec runs them at build time (blocks of
 ``session`` share their names), as tests/docs/test_concepts.py does for the concept pages.
 """
 
-import re
 from pathlib import Path
 
 import numpy as np
-from helpers import FENCE, exec_page, first_number, relative_rounding, table_rows
+from helpers import FENCE, exec_page, first_number, relative_rounding, table_rows, typed_numbers
 
 from minigrad.analysis import bounds
 
@@ -41,9 +40,7 @@ def test_the_blocks_run_and_print_four_experiments():
 
 
 def test_prose_types_no_measured_number():
-    text = re.sub(r"^```.*?^```", "", PAGE.read_text(), flags=re.MULTILINE | re.DOTALL)
-    text = re.sub(r"\$\$.*?\$\$|\$[^$]+\$|`[^`]*`", "", text, flags=re.DOTALL)
-    assert not re.findall(r"\d+\.\d+|\d[eE][-+]?\d+", text)
+    assert not typed_numbers(PAGE.read_text())
 
 
 def test_a_normaliser_over_the_wrong_window_rescales_each_update_by_its_share():

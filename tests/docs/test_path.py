@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import prose, typed_numbers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -48,7 +49,6 @@ TERMS = {
 OTHER_NAMES = ["naive", "standard loop", "usual loop", "loop most people write",
                "textbook mode", "textbook mean", "correct rule", "mean rule"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-MEASURED = re.compile(r"\d+\.\d+|\d[eE][-+]?\d+")  # as test_concepts.py's prose check
 
 
 class _Loader(yaml.SafeLoader):
@@ -95,12 +95,6 @@ def _notebooks(nav) -> list[str]:
 
 def _text(page: str) -> str:
     return (DOCS / page).read_text(encoding="utf-8")
-
-
-def _prose(text: str) -> str:
-    """``text`` without code blocks, math and inline code."""
-    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
-    return re.sub(r"\$\$.*?\$\$|\$[^$]+\$|`[^`]*`", "", text, flags=re.DOTALL)
 
 
 def _resolve(page: str, target: str) -> Path:
@@ -202,7 +196,7 @@ def test_the_glossary_defines(term):
 
 
 def test_the_glossary_types_no_measured_number():
-    typed = MEASURED.findall(_prose(_text("glossary.md")))
+    typed = typed_numbers(_text("glossary.md"))
     assert not typed, f"glossary.md types numbers in its prose: {typed}"
 
 
@@ -223,9 +217,9 @@ def test_every_concepts_page_links_a_notebook_and_the_glossary(page):
 
 @pytest.mark.parametrize("page", CONCEPTS)
 def test_concepts_pages_name_the_loops_as_the_glossary_does(page):
-    prose = re.sub(r'"[^"\n]*"', "", _prose(_text(page))).lower()  # quoted labels and titles
+    words = re.sub(r'"[^"\n]*"', "", prose(_text(page))).lower()  # quoted labels and titles
     # "naive" is the contrastive strategy's own name (in-micro-batch negatives), not a loop's
     others = [n for n in OTHER_NAMES if not (n == "naive" and page.endswith("contrastive.md"))]
-    used = [name for name in others if name in prose]
+    used = [name for name in others if name in words]
     assert not used, f"{page} calls a loop {used}; the glossary's names are the textbook " \
                      f"loop, the item-weighted rule and the undivided sum"
