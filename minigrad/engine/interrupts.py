@@ -1,0 +1,88 @@
+"""Ctrl-C held back while a commit writes: ``deferred()``.
+
+minigrad keeps every update all-or-nothing by *validating, then committing*: everything
+that can fail is computed first, then a short commit writes parameters, optimizer state,
+gradients and counters in place. Nothing in a commit can fail, but a ``KeyboardInterrupt``
+can land between any two bytecodes; inside ``deferred()`` it waits until the block ends.
+
+    with interrupts.deferred():
+        ...                      # writes that must all happen, or none
+    # a Ctrl-C that arrived inside is raised here, after the last write
+
+How: on the main thread, entering the outermost ``deferred()`` installs a SIGINT handler
+that only records the signal; leaving it puts the previous handler back and, if a signal
+arrived, calls that handler (Python's default raises ``KeyboardInterrupt``; a handler of
+your own is called with the signal and the frame, ``SIG_IGN`` drops it, ``SIG_DFL`` sends
+the signal again to end the process). Blocks nest: only the outermost one touches the
+handler. Off the main thread, or where Python cannot set signal handlers (an embedded
+interpreter), ``deferred()`` does nothing: signals are only ever delivered to the main
+thread, so no interrupt can land in such a block anyway. Only SIGINT is held back; a
+``MemoryError`` cannot arise in a commit, which allocates nothing.
+
+>>> with deferred():
+...     deferring()
+True
+>>> deferring()
+False
+"""
+
+import os
+import signal
+import threading
+
+_depth = 0  # the deferred() blocks open now, on the main thread
+_previous = None  # the SIGINT handler the outermost block replaced, or None: not installed
+_pending = None  # (signum, frame) of a SIGINT that arrived inside
+
+
+def deferring():
+    """Whether a ``deferred()`` block is open (a SIGINT now waits for its end)."""
+    return _depth > 0
+
+
+def _hold(signum, frame):
+    global _pending
+    if _pending is None:
+        _pending = (signum, frame)
+
+
+class deferred:  # lower case: used like a function, as no_grad
+    """Hold SIGINT until the block ends (see the module docstring). Re-entrant."""
+
+    def __enter__(self):
+        global _depth, _previous, _pending
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        if _depth == 0:
+            _pending = None  # before the swap: a signal from now on is held, not lost
+            try:
+                _previous = signal.signal(signal.SIGINT, _hold)
+            except (ValueError, OSError, TypeError):  # cannot set handlers here: a no-op
+                return self
+        _depth += 1
+        return self
+
+    def __exit__(self, *exc_info):
+        global _depth, _previous, _pending
+        if threading.current_thread() is not threading.main_thread() or _depth == 0:
+            return False
+        _depth -= 1
+        if _depth:
+            return False
+        previous, pending = _previous, _pending
+        _previous, _pending = None, None
+        signal.signal(signal.SIGINT, previous if previous is not None else
+                      signal.default_int_handler)
+        if pending is not None:
+            _deliver(previous, *pending)
+        return False
+
+
+def _deliver(handler, signum, frame):
+    """What SIGINT would have done had it not waited."""
+    if handler is signal.SIG_IGN:
+        return
+    if handler is signal.SIG_DFL or handler is None:
+        os.kill(os.getpid(), signum)
+        return
+    handler(signum, frame)
