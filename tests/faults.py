@@ -7,7 +7,8 @@ for each fault (``KeyboardInterrupt``, ``MemoryError``) and each sampled k in 1.
 line event: what Ctrl-C (or a failed allocation) does when it lands just before that line.
 After each fault it demands
 
-- that the fault comes out of the call as itself (not re-wrapped, not swallowed);
+- that the fault comes out of the call as itself (not re-wrapped, not swallowed, not lost);
+- that the call left SIGINT's handler as it found it (or Ctrl-C would stay held);
 - that ``snapshot(state)`` equals the snapshot before the call or the one after the
   uninjected call, exactly (arrays by ``np.array_equal`` on host copies, files by bytes);
 - if it equals the one before: that a retry gives the uninjected result and state.
@@ -21,13 +22,33 @@ such as a rename, is never skipped) and ``MINIGRAD_FAULT_POINTS`` more, evenly s
 default, 250 under ``HYPOTHESIS_PROFILE=long``; ``MINIGRAD_FAULT_POINTS=all`` faults every
 event. No threads are involved: ``sys.settrace`` traces the calling thread only, and the
 previous tracer (coverage's, say) is put back in a ``finally``.
+
+A fault is only injected where it can happen. While the call runs, SIGINT's handler is the
+harness's own, which raises the fault; where another one is in place, SIGINT is *held*
+(``minigrad.engine.interrupts.deferred()``: a commit's writes, and the lines of entering
+and leaving one between its swaps of the handler). At a line where it is held
+
+- a ``KeyboardInterrupt`` is a real SIGINT sent to this thread, not a raise: the holder
+  says when it comes out (``deferred()``: after its block's last write), and then the
+  harness's handler raises the very fault. The signal is taken before ``pthread_kill``
+  returns and handled at the interpreter's next check point, so it comes out inside the
+  call or, at the latest, at the harness's first call after it, still as the call's fault.
+  One that never comes out is lost: the check fails, as for a swallowed fault;
+- any other fault (a ``MemoryError``) is not injected: a held region is a commit, which
+  allocates nothing, so nothing else can raise at its lines.
+
+Off the main thread, where no handler can be set and ``deferred()`` holds nothing, nothing
+is held. After every run the harness puts the handler it found back.
 """
 
 import itertools
 import os
+import signal
 import sys
+import threading
 import types
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,40 +87,76 @@ def sample(lines, points):
 
 
 # ----- running under the tracer -----------------------------------------------------------
-def traced(call, state, fault_at=None, fault=None, traces=None):
-    """``(lines, result, where)`` of ``call(state)``: ``lines[k - 1]`` is where the k-th line
-    event happened (file name, line number), in files that ``traces(file name)`` accepts
-    (by default minigrad's own).
+class Run(NamedTuple):
+    """What ``traced`` saw: ``lines[k - 1]`` is where the k-th line event happened (file
+    name, line number); ``result`` what the call returned (or the fault that came out);
+    ``where`` the injected fault's ``file:line in function``, or None; ``held`` the line
+    events at which SIGINT was held (with a fault, only its own is asked about);
+    ``sigint`` the SIGINT handler the call left in place of the harness's, or None."""
+    lines: list
+    result: object
+    where: object
+    held: list
+    sigint: object
 
-    With ``fault_at = k`` the k-th line event raises ``fault`` instead (then ``result`` is
-    the exception that came out of the call, and ``where`` says ``file:line in function``).
-    """
+
+def traced(call, state, fault_at=None, fault=None, traces=None):
+    """``Run`` of ``call(state)`` under the tracer, counting the line events in files that
+    ``traces(file name)`` accepts (by default minigrad's own). With ``fault_at = k`` the
+    k-th line event raises ``fault`` instead, or sends SIGINT if it is held there and the
+    fault is a ``KeyboardInterrupt`` (see the module docstring)."""
     traces = traces or (lambda name: name.startswith(MINIGRAD))
-    seen, where = [], []
+    seen, where, held = [], [], []
+    interrupt = fault if isinstance(fault, KeyboardInterrupt) else KeyboardInterrupt()
+
+    def ours(signum, frame):  # the harness's SIGINT handler: the fault, as itself
+        raise interrupt
+
+    main = threading.current_thread() is threading.main_thread()
 
     def lines(frame, event, arg):
         if event == "line":
             seen.append((frame.f_code.co_filename, frame.f_lineno))
+            # Asked only where it matters: getsignal at every event doubles the run time.
+            holding = fault_at in (None, len(seen)) and main and \
+                signal.getsignal(signal.SIGINT) is not ours
+            if holding:
+                held.append(len(seen))
             if len(seen) == fault_at:
                 name = os.path.relpath(frame.f_code.co_filename)
                 where.append(f"{name}:{frame.f_lineno} in {_function(frame)}")
-                raise fault
+                if not (holding and fault is interrupt):
+                    raise fault
+                where[-1] += " (SIGINT held: a real one sent)"
+                # To this thread, not the process: taken before pthread_kill returns, where
+                # os.kill may be taken by another thread (pytest-xdist has some) a bit later.
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
         return lines
 
     def calls(frame, event, arg):  # a new frame: trace its lines, or not
         return lines if traces(frame.f_code.co_filename) else None
 
+    before = signal.signal(signal.SIGINT, ours) if main else None
     previous = sys.gettrace()
     sys.settrace(calls)
+    left = ours
     try:
-        result = call(state)
+        try:
+            result = call(state)
+        finally:
+            sys.settrace(previous)
+            # A Python function: a check point, where a SIGINT sent and taken but not yet
+            # handled comes out at the latest, still as the call's fault.
+            left = signal.getsignal(signal.SIGINT) if main else ours
     except BaseException as err:
         if fault is None or not where:
             raise
         result = err
     finally:
-        sys.settrace(previous)
-    return seen, result, where[0] if where else None
+        if main:
+            signal.signal(signal.SIGINT, before)
+    return Run(seen, result, where[0] if where else None, held,
+               None if left is ours else left)
 
 
 def _function(frame):
@@ -180,7 +237,8 @@ def difference(a, b, path="state", ignore=()):
 # ----- the check ---------------------------------------------------------------------------
 def check_all_or_nothing(make_state, call, snapshot, *, points=None, faults=FAULTS,
                          known=()):
-    """Inject each fault at sampled line events of ``call``; returns how many were injected.
+    """Inject each fault at sampled line events of ``call``; returns how many were injected
+    (where SIGINT is held, a ``KeyboardInterrupt`` only: see the module docstring).
 
     ``AssertionError`` lists every point where the call re-wraps or swallows the fault, the
     state after it is neither the state before the call nor the uninjected call's, or a
@@ -193,12 +251,14 @@ def check_all_or_nothing(make_state, call, snapshot, *, points=None, faults=FAUL
     call(make_state())  # once untraced: first-use imports and caches run no lines later
     state = make_state()
     before = host(snapshot(state))
-    lines, result, _ = traced(call, state)
-    expected = (before, host(snapshot(state)), host(result))
+    run = traced(call, state)
+    lines, expected = run.lines, (before, host(snapshot(state)), host(run.result))
     assert lines, "the call ran no line of minigrad"
+    assert run.sigint is None, f"the call left SIGINT to {run.sigint!r}"
     failures, injected, known_seen = [], 0, 0
     for fault in faults:
-        for k in sample(lines, points):
+        held = () if issubclass(fault, KeyboardInterrupt) else set(run.held)
+        for k in (k for k in sample(lines, points) if k not in held):
             err = fault(f"injected by tests/faults.py at line event {k} of {len(lines)}")
             where, problem = _inject(make_state, call, snapshot, k, err, expected, known)
             injected += 1
@@ -222,11 +282,13 @@ def _inject(make_state, call, snapshot, k, fault, expected, known=()):
     as after, ``KNOWN`` if it is as before but for the ``known`` paths."""
     before, after, result = expected
     state = make_state()
-    _, raised, where = traced(call, state, k, fault)
+    _, raised, where, _, sigint = traced(call, state, k, fault)
     if where is None:
         return None, "the run ran fewer lines: make_state or the call is not deterministic"
     if raised is not fault:
         return where, f"the call gave {raised!r}, not the fault itself"
+    if sigint is not None:
+        return where, f"SIGINT is left to {sigint!r}: Ctrl-C would not stop the program"
     now = host(snapshot(state))
     if difference(now, before) is None:
         retried = host(call(state))
@@ -255,8 +317,8 @@ def interrupt_each_entry_line(make, check):
         fault = KeyboardInterrupt(f"injected at line event {k} of entering")
         # Not third-party files: a garbage-collection callback (hypothesis registers one)
         # may run mid-entry and would swallow a fault raised in it.
-        _, raised, where = traced(enter, None, k, fault,
-                                  lambda name: name != here and "site-packages" not in name)
+        _, raised, where, _, _ = traced(enter, None, k, fault,
+                                        lambda name: name != here and "site-packages" not in name)
         check()
         if where is None:  # no fault this time: every line of entering has had one
             return k - 1

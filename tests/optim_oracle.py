@@ -26,7 +26,8 @@ def arr(xp, values, dtype="float64"):
 
 
 def np_(x):
-    return None if x is None else np.asarray(backend.to_numpy(x))
+    """A NumPy copy of ``x``: the optimizers update parameters and state in place."""
+    return None if x is None else np.array(backend.to_numpy(x), copy=True)
 
 
 def torch_adam(p, grads, *, lr, betas, eps, weight_decay=0.0, decoupled=False, sqrt=np.sqrt):

@@ -13,18 +13,19 @@ retry from "before" must finish the job.
 """
 
 import itertools
+import signal
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from custom_strategy import Reversed
-from faults import FAULTS, check_all_or_nothing, difference, host
+from faults import FAULTS, check_all_or_nothing, difference, host, traced
 from helpers import OneRank
 
 from minigrad import checkpoint, nn, optim
 from minigrad.accumulate import Accumulator, accumulated_gradients, distributed
 from minigrad.accumulate import step as accumulate_step
-from minigrad.engine import graph
+from minigrad.engine import graph, interrupts
 from minigrad.nn import dropout
 
 OPTIMIZERS = {
@@ -207,13 +208,14 @@ def test_accumulated_gradients():
 
 
 # ----- the helper can fail -----------------------------------------------------------------
-def test_the_check_finds_a_half_done_call():
-    # Two writes with a line between them: a fault there leaves the first without the second.
-    def half(s):
-        s.opt.step_count += 1
-        graph.kept_shape((2, 3), 0)  # lines of minigrad: a fault there stops half-way
-        s.opt.hyperparams = {**s.opt.hyperparams, "eps": 1.0}
+def half(s):
+    """Two writes with a line between them: a fault there leaves the first without the second."""
+    s.opt.step_count += 1
+    graph.kept_shape((2, 3), 0)  # lines of minigrad: a fault there stops half-way
+    s.opt.hyperparams = {**s.opt.hyperparams, "eps": 1.0}
 
+
+def test_the_check_finds_a_half_done_call():
     with pytest.raises(AssertionError, match="faults went wrong") as failed:
         check_all_or_nothing(training, half, snapshot)
     assert "KeyboardInterrupt at minigrad/engine/graph.py:" in str(failed.value)
@@ -271,3 +273,39 @@ def test_snapshots_see_attributes_that_no_state_dict_holds():
     layer = next(m for _, m in b.model.named_modules() if isinstance(m, nn.Dropout))
     layer.calls += 1  # a dropout layer's own counter of forward calls
     assert ".calls" in difference(host(snapshot(a)), host(snapshot(b)))
+
+
+# ----- where SIGINT is held ----------------------------------------------------------------
+def test_a_commit_with_sigint_held_is_whole_and_its_interrupt_comes_out():
+    """``half`` inside ``deferred()``: a KeyboardInterrupt at its lines is a real SIGINT,
+    raised as the fault once the block ends; a MemoryError is not injected there. Without
+    ``deferred()`` the same faults leave it half done (the test above)."""
+    def held(s):
+        with interrupts.deferred():
+            half(s)
+
+    interrupts_injected = check_all_or_nothing(training, held, snapshot,
+                                               faults=(KeyboardInterrupt,))
+    # The lines of kept_shape, between the writes, are held: no MemoryError there, and a
+    # KeyboardInterrupt raised there (not sent) would leave it half done, as without deferred().
+    assert check_all_or_nothing(training, held, snapshot, faults=(MemoryError,)) < \
+        interrupts_injected
+
+
+def ignoring(s):
+    """Holds SIGINT and drops it: an interrupt sent meanwhile never comes out."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    graph.kept_shape((2, 3), 0)
+    signal.signal(signal.SIGINT, before)
+
+
+def test_the_check_finds_a_lost_interrupt():
+    with pytest.raises(AssertionError, match=r"kept_shape \(SIGINT held: a real one sent\) "
+                                             r".*: the call gave None, not the fault itself"):
+        check_all_or_nothing(training, ignoring, snapshot, faults=(KeyboardInterrupt,))
+
+
+def test_a_handler_left_behind_is_seen_and_put_back():
+    handler = signal.getsignal(signal.SIGINT)
+    run = traced(lambda s: signal.signal(signal.SIGINT, signal.SIG_IGN), None)
+    assert run.sigint is signal.SIG_IGN and signal.getsignal(signal.SIGINT) is handler

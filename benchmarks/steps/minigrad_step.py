@@ -15,12 +15,13 @@ from common import ADAM
 
 
 class RecordingAdam(optim.Adam):
-    """``optim.Adam`` that keeps references to the gradients of its last update (for the
-    agreement check: ``accumulate.step`` drops them after the update). Costs one list."""
+    """``optim.Adam`` that keeps references to the gradient sums of its last update and
+    their divisor (for the agreement check: ``accumulate.step`` drops them after the
+    update, and the division happens in the update's commit). Costs one list."""
 
-    def step(self):
-        self.seen = [p.grad for p in self.params]
-        super().step()
+    def plan(self, scale=1, coef=None):
+        self.seen = ([p.grad for p in self.params], scale)
+        return super().plan(scale=scale, coef=coef)
 
 
 class MinigradStep:
@@ -63,7 +64,8 @@ class MinigradStep:
             self.sync()
 
     def gradients(self):
-        return [_numpy(g) for g in self.opt.seen]
+        grads, scale = self.opt.seen
+        return [_numpy(g) / scale for g in grads]
 
     def parameters(self):
         return [_numpy(p.data) for p in self.model.parameters()]

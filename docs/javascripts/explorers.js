@@ -400,13 +400,10 @@
       grads.push(s * (widths[i] * widths[i + 1] + widths[i + 1]));
     }
     var total = sum(grads);
-    var done = 0;
-    var worst = 0;
-    params.forEach(function (q) {
-      worst = Math.max(worst, done + opt.t * q);
-      done += opt.r * q;
-    });
-    var peak = 2 * total + worst;
+    var largest = Math.max.apply(null, params);
+    // the update, in place: the sums, the workspace (t arrays of the largest parameter's
+    // size) and the state its first update makes (r arrays of each parameter's size)
+    var peak = total + opt.t * largest + opt.r * total;
     var seen = {};
     sizes.forEach(function (n, j) {
       var later = j > 0;
@@ -419,7 +416,7 @@
         walk.push(n * s * (below + 4 * d + classes) + above);
         walk.push(n * s * (below + 3 * d + 2 * outs[l + 1] + classes) + above);
       });
-      var end = (later ? 3 * total : total) + n * s * classes;
+      var end = (later ? 2 * total + largest : total) + n * s * classes;
       peak = Math.max(peak, (later ? total : 0) + Math.max.apply(null, walk), end);
     });
     return { peak: peak, parameters: total, state: opt.state * total };

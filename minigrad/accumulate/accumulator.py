@@ -4,7 +4,7 @@ count and the loss sum; it divides once, clips, steps and schedules in ``update`
 a micro-batch is the other job, done by ``minigrad.accumulate.micro`` (``add`` is the
 streaming loop's checked door to it)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from minigrad import nn
@@ -14,13 +14,17 @@ from minigrad.accumulate.guard import (
     as_batch,
     check_optimizer,
     check_scheduler,
+    finite_number,
     like,
+    nonfinite,
 )
 from minigrad.accumulate.micro import add_micro_batch
 from minigrad.accumulate.split import MicroBatch, positions
-from minigrad.engine import Tensor, backend, validate
+from minigrad.engine import Tensor, backend, interrupts, validate
 from minigrad.nn import functional as F
-from minigrad.optim import clip_grad_norm_
+from minigrad.optim import in_place
+from minigrad.optim.clip import clip_coefficients
+from minigrad.optim.optimizer import Optimizer
 
 NORMALIZE = ("items", "micro_batches", "sum")
 """The choices of ``normalize``: ``"items"`` divides the window's summed gradient once by its
@@ -46,6 +50,17 @@ def as_loss(loss_fn):
         return nn.MSELoss()
     raise TypeError("loss_fn must be functional.cross_entropy, functional.mse_loss or a loss "
                     "with num_items(target), such as nn.CrossEntropyLoss(ignore_index=...)")
+
+
+@dataclass(frozen=True)
+class Ready:
+    """One checked update (``Accumulator.prepare``): the optimizer's plan, the schedule's
+    next rate, and the window's mean loss per item."""
+
+    plan: object  # None: an optimizer without ``plan`` steps on ``grads`` instead
+    lr: object
+    mean_loss: object
+    grads: list | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,9 @@ class Accumulator:
         self.scheduler = scheduler
         self.window = Window()
         self.skipped_updates = 0
+        self.on_commit = []  # what a strategy must write with the update (see commit)
+        self.commits = 0  # updates committed: a snapshot taken before one cannot undo it
+        self.counts = None  # items per sample of a driver's batch (read_labels)
 
     pending_items = property(lambda self: self.window.items)
     pending_micro_batches = property(lambda self: self.window.micro_batches)
@@ -133,21 +151,30 @@ class Accumulator:
             sample_index = _sample_index(sample_index, x)
         saved = self.snapshot()
         try:
+            pending = self.window.loss_sum
             loss_sum = add_micro_batch(self, MicroBatch(x, y, sample_index))
-            if loss_sum is None:
-                # Skipped (counted by refuse): the window is dropped, and this micro-batch's
-                # forward must not leave NaN in the running statistics either.
-                skipped = self.skipped_updates
+            if not isinstance(loss_sum, (int, float, Fraction)):
+                loss_sum = float(backend.to_numpy(loss_sum))  # this call returns it: a read
+                self.window = replace(self.window, loss_sum=pending + loss_sum)  # on the host
+            if not finite_number(loss_sum):
+                # Not added (nor NaN left in the running statistics by its forward); then
+                # FloatingPointError, or the window is dropped and the skip counted.
                 self.restore(saved)
-                self.discard()
-                self.skipped_updates = skipped
-                return None
+                return self.refuse(f"loss of a micro-batch is {loss_sum}")
             if self.every is not None and self.pending_micro_batches == self.every:
                 self.update()
         except BaseException:
             self.restore(saved)
             raise
         return loss_sum
+
+    def read_labels(self, y):
+        """Read the whole batch's targets once, for a driver that splits it: the loss then
+        checks each micro-batch from that read and ``counts`` holds each sample's items
+        (a loss without ``for_batch`` reads per micro-batch, as before)."""
+        self.counts = None
+        if callable(getattr(self.loss, "for_batch", None)):
+            self.loss, self.counts = self.loss.for_batch(y)
 
     def check_exact(self, x, y):
         """Exact (Fraction) parameters need exact or integer data: refuse floats."""
@@ -171,46 +198,105 @@ class Accumulator:
             p.grad = g
         self.window = window
 
-    # ----- one update ---------------------------------------------------------------------
+    # ----- one update: validate, then commit -------------------------------------------
     def update(self):
         """Divide once, clip, step, schedule, zero. Returns the window's mean loss per item.
 
-        Returns ``None`` and does nothing when no micro-batch is pending. The schedule's next
-        rate is computed and checked before anything is written; on any error everything,
-        the pending window included, is as it was, so a retry applies the window once.
+        Returns ``None`` and does nothing when no micro-batch is pending (or when a
+        non-finite window is dropped, ``on_nonfinite="skip"``). ``prepare`` computes and
+        checks everything that can fail, writing nothing; ``commit`` then writes the
+        parameters, the optimizer state and the schedule in place, with Ctrl-C held until
+        it ends. On any error before the commit everything, the pending window included, is
+        as it was, so a retry applies the window once.
         """
         if self.pending_micro_batches == 0:
             return None
+        ready = self.prepare()
+        if ready is None:
+            return None
+        self.commit(ready)
+        return ready.mean_loss
+
+    def prepare(self, decided=None):
+        """Everything an update needs that can fail, nothing written but a refusal's count:
+        a ``Ready`` for ``commit``, or ``None`` when the window is dropped because it is not
+        finite (``on_nonfinite="skip"``; with ``"raise"``: ``FloatingPointError``).
+
+        The device is read once here (``decide``): whether the gradient sums and the loss
+        sum are finite, and the loss sum; ``decided`` gives both instead (MPI's reduction
+        knows them from its host buffer)."""
         if self.optimizer is None:
             raise RuntimeError("update() needs an optimizer; this accumulator has none")
         if self.normalize == "items" and self.pending_items == 0:
             return self.refuse(NO_ITEMS)
-        if not all_finite([p.grad for p in self.params if p.grad is not None]):
-            return self.refuse("the accumulated gradient is not finite")
+        finite, loss_sum = self.decide() if decided is None else decided
+        if not finite:
+            return self.refuse(nonfinite(loss_sum))
         next_lr = self.scheduler.next_lr() if self.scheduler is not None else None
-        saved = self.snapshot()
-        try:
-            for p, g in zip(self.params, self.gradients()):
-                p.grad = g
-            if self.max_grad_norm is not None:
-                clip_grad_norm_(self.params, self.max_grad_norm)
-            self.optimizer.step()  # checks everything before it writes anything
-            if self.scheduler is not None:
-                self.scheduler.step(next_lr)
-            mean_loss = self.pending_loss_sum / self.pending_items if self.pending_items \
-                else float("nan")
-            self.discard()
-        except BaseException:
-            self.restore(saved)  # the window is still pending, as sums, as it was
-            raise
-        return mean_loss
+        scale = self.scale()
+        coef = None
+        if self.max_grad_norm is not None:
+            coef = clip_coefficients([p.grad for p in self.params if p.grad is not None],
+                                     self.max_grad_norm, scale)
+        mean_loss = loss_sum / self.pending_items if self.pending_items else float("nan")
+        if _plans(self.optimizer):
+            return Ready(self.optimizer.plan(scale=scale, coef=coef), next_lr, mean_loss)
+        grads = self.gradients()  # an optimizer of its own reads new arrays from .grad
+        if coef is not None:
+            it = iter(coef)
+            grads = [None if g is None else g * next(it) for g in grads]
+        return Ready(None, next_lr, mean_loss, grads)
 
-    def gradients(self):
-        """The window's gradient, divided once as ``normalize`` says (``None`` where absent)."""
+    def commit(self, ready):
+        """Write ``ready`` (from ``prepare``): the optimizer's update in place, the schedule,
+        what the strategy handed to ``on_commit``, and the window dropped. Ctrl-C waits until
+        the block ends; nothing in it can fail or allocates arrays."""
+        saved = self.snapshot() if ready.plan is None else None
+        try:
+            with interrupts.deferred():
+                if ready.plan is None:  # an optimizer of its own: it must not write in place
+                    for p, g in zip(self.params, ready.grads):
+                        p.grad = g
+                    self.optimizer.step()
+                else:
+                    in_place.write(self.optimizer, ready.plan)
+                if self.scheduler is not None:
+                    self.scheduler.step(ready.lr)
+                for action in self.on_commit:
+                    action()
+                self.on_commit = []
+                self.discard()
+                self.commits += 1
+        except BaseException:
+            if saved is not None:  # its step() raised: references put back
+                self.restore(saved)
+            raise
+
+    def decide(self):
+        """``(finite, loss_sum)``: whether every gradient sum and the loss sum are finite,
+        and the loss sum as a Python number, with ONE read from the device."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        loss = self.window.loss_sum
+        if isinstance(loss, (int, float, Fraction)):  # a NumPy float64 is a float
+            return finite_number(loss) and all_finite(grads), loss
+        xp = backend.get_namespace(loss)
+        flags = [xp.all(xp.isfinite(loss))] + [xp.all(xp.isfinite(g)) for g in grads]
+        ok = xp.astype(xp.all(xp.stack(flags)), loss.dtype)
+        ok, value = (float(v) for v in backend.to_numpy(xp.stack([ok, loss])))  # the read
+        return ok == 1.0, value
+
+    def scale(self):
+        """What the window's gradient sums are divided by, as ``normalize`` says."""
         scale = {"items": self.pending_items, "micro_batches": self.pending_micro_batches,
                  "sum": 1}[self.normalize]
         if scale == 0 and self.pending_micro_batches:
             raise FloatingPointError(NO_ITEMS)
+        return scale
+
+    def gradients(self):
+        """The window's gradient, divided once as ``normalize`` says (``None`` where absent):
+        new arrays (an update divides in its commit instead, into its workspace)."""
+        scale = self.scale()
         if scale == 1:
             return [p.grad for p in self.params]
         return [None if p.grad is None else p.grad / scale for p in self.params]
@@ -283,6 +369,14 @@ class Accumulator:
         except BaseException:
             self.restore(saved)
             raise
+
+
+def _plans(optimizer):
+    """Whether ``optimizer`` updates by ``plan`` and an in-place commit: a minigrad
+    optimizer whose ``step`` is its own (a subclass that overrides ``step``, or a duck-typed
+    optimizer, is stepped through ``step()`` on divided gradients, as before)."""
+    return isinstance(optimizer, Optimizer) and type(optimizer).step is Optimizer.step \
+        and "step" not in vars(optimizer)
 
 
 def _sample_index(index, x):

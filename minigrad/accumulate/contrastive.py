@@ -191,18 +191,21 @@ class Bank:
             acc.record(acc.loss.num_items(y), n, loss_sum)
         local = tuple(concat(xp, [f[k] for f in fresh]) for k in range(3))
         gathered = reduction.gather("gathering the representations for the banks", local)
-        mean_loss = reduction.update(acc)
-        if mean_loss is not None:  # the update is made: the banks move on
-            self._push([concat(xp, [g[k] for g in gathered]) for k in range(3)])
-        return mean_loss
+        banks = self._pushed([concat(xp, [g[k] for g in gathered]) for k in range(3)])
+        acc.on_commit.append(lambda: self._set(banks))  # the banks move on with the update
+        return reduction.update(acc)
 
-    def _push(self, window):
-        """Append the window's (queries, passages, targets); keep the newest ``size``."""
+    def _pushed(self, window):
+        """The banks with the window's (queries, passages, targets) appended, the newest
+        ``size`` kept; computed before the update, set in its commit (``_set``)."""
+        if self.size == 0:
+            return None, None, None
         banks = [self.queries, self.passages, self.targets]
         if banks[0] is not None:
             window = [backend.get_namespace(a).concat([a, b], axis=0)
                       for a, b in zip(banks, window)]
         start = max(window[0].shape[0] - self.size, 0)
-        self.queries, self.passages, self.targets = (a[start:, ...] for a in window)
-        if self.size == 0:
-            self.queries = self.passages = self.targets = None
+        return tuple(a[start:, ...] for a in window)
+
+    def _set(self, banks):
+        self.queries, self.passages, self.targets = banks

@@ -5,7 +5,9 @@
 ``KeyboardInterrupt`` included, puts all of it back.
 """
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from minigrad.engine import Tensor, backend, graph
 from minigrad.nn import dropout
@@ -15,9 +17,10 @@ from minigrad.nn import dropout
 class TrainingState:
     """References to everything an accumulator call may change, to put back on failure.
 
-    Parameters, ``.grad`` and buffers are replaced by new arrays, never written into, so
-    holding the old references is a snapshot. The optimizer's and scheduler's attributes
-    are copied one level deep (the optimizer's per-parameter state list is replaced).
+    Until an update commits, ``.grad``, parameters and buffers are replaced by new arrays,
+    never written into, so holding the old references is a snapshot; the commit writes
+    parameters and optimizer state in place and is final (``restore`` after it does
+    nothing). The optimizer's and scheduler's attributes are copied one level deep.
     The two process-global flags, grad mode and the dropout keys, are kept too: an interrupt
     that lands as a ``with`` block ends (before its ``__exit__`` runs) leaves them set.
     """
@@ -30,15 +33,20 @@ class TrainingState:
     optimizer: dict | None
     scheduler: dict | None
     flags: tuple
+    commits: int
 
     @classmethod
     def of(cls, acc):
         return cls([p.data for p in acc.params], [p.grad for p in acc.params],
                    dict(acc.model.named_buffers()), acc.window, acc.skipped_updates,
                    attributes(acc.optimizer), attributes(acc.scheduler),
-                   (graph.is_grad_enabled(), dropout.current_keys()))
+                   (graph.is_grad_enabled(), dropout.current_keys()), acc.commits)
 
     def restore(self, acc):
+        """Put everything back, unless an update was committed since (it wrote in place and
+        is final: an interrupt held during its commit arrives after it, in the state after)."""
+        if acc.commits != self.commits:
+            return
         graph.set_grad_enabled(self.flags[0])
         dropout.set_keys(self.flags[1])
         for p, data, grad in zip(acc.params, self.data, self.grads):
@@ -71,6 +79,18 @@ def all_finite(arrays):
         if not bool(xp.all(xp.isfinite(a))):
             return False
     return True
+
+
+def nonfinite(loss_sum):
+    """Why a window that ``decide`` found not finite is refused."""
+    if not finite_number(loss_sum):
+        return f"a micro-batch's loss is not finite (the window's loss sum is {loss_sum})"
+    return "the accumulated gradient is not finite"
+
+
+def finite_number(value):
+    """Whether a Python number is finite (exact Fractions always are)."""
+    return isinstance(value, Fraction) or math.isfinite(value)
 
 
 def as_batch(x, y):

@@ -7,7 +7,7 @@ alone, as every framework's accumulation loop does; it is the default strategy.
 """
 
 from minigrad import nn
-from minigrad.accumulate.guard import all_finite
+from minigrad.engine import backend
 
 
 def forward(acc, mb):
@@ -19,21 +19,39 @@ def forward(acc, mb):
 
 def add_loss(acc, mb, out):
     """Back-propagate the loss SUM of output ``out`` against ``mb.y`` into ``.grad`` and count
-    it; returns the loss sum, or ``None`` if it is not finite and the window was dropped
-    (``on_nonfinite="skip"``; with ``"raise"``: ``FloatingPointError``)."""
+    it; returns the loss sum as the window keeps it (see ``loss_value``).
+
+    Nothing is read from the device here: whether the loss is finite is decided once for
+    the whole window, from the gradient sums and the loss sum (``Accumulator.prepare``); a
+    non-finite micro-batch makes them non-finite, and the window is refused there."""
     loss_sum = acc.loss(out, mb.y, reduction="sum")
-    items = acc.loss.num_items(mb.y)
-    value = loss_sum.item()
-    if not all_finite([loss_sum.data]):
-        return acc.refuse(f"loss of a micro-batch is {value}")
+    items = items_of(acc, mb)
     objective = loss_sum
     if acc.normalize == "micro_batches":
         # The textbook loop: this micro-batch's mean. When all its targets are ignored,
         # torch's mean is NaN with a zero gradient: the micro-batch adds nothing.
         objective = loss_sum / items if items else loss_sum * 0.0
     objective.backward()
+    value = loss_value(loss_sum)
     acc.record(items, mb.x.shape[0], value)
     return value
+
+
+def items_of(acc, mb):
+    """The items of micro-batch ``mb``: counted with the whole batch's (``mb.items``, no read)
+    or by the loss's ``num_items``."""
+    return mb.items if mb.items is not None else acc.loss.num_items(mb.y)
+
+
+def loss_value(loss_sum):
+    """A loss sum as a window adds it up: a 0-d float64 array on the loss's device (no read;
+    float64, so the window's sum is the one Python floats would give), or the exact
+    ``Fraction``."""
+    data = loss_sum.data
+    if backend.is_exact(data):
+        return loss_sum.item()
+    xp = backend.get_namespace(data)
+    return xp.astype(data, xp.float64) if hasattr(xp, "float64") else data
 
 
 def add_micro_batch(acc, mb):
@@ -55,6 +73,5 @@ class Micro:
 
     def run(self, acc, micro_batches, reduction):
         for mb in micro_batches:
-            if add_micro_batch(acc, mb) is None:
-                return None  # a non-finite loss dropped the window (on_nonfinite="skip")
-        return reduction.update(acc)
+            add_micro_batch(acc, mb)
+        return reduction.update(acc)  # None: a non-finite window was dropped

@@ -14,6 +14,8 @@ covered: a process that dies, or an error inside the MPI calls; then the launche
 mpi4py is imported on first use (``world``), never by ``import minigrad``.
 """
 
+import math
+
 import numpy as np
 
 from minigrad.accumulate.accumulator import Window
@@ -53,14 +55,17 @@ class RankFailed(RuntimeError):
 
 
 class Packed:
-    """Arrays of any namespace as one contiguous NumPy buffer per dtype, for MPI; ``unpack``
-    gives arrays of each input's namespace, device and dtype back."""
+    """Arrays of one namespace and device as one contiguous NumPy buffer per dtype, for MPI:
+    joined on their device first, so each dtype costs ONE read from the device; ``unpack``
+    gives arrays of the inputs' namespace, device, dtype and shape back."""
 
     def __init__(self, arrays):
-        self.like = list(arrays)
-        host = [np.ascontiguousarray(backend.to_numpy(a)) for a in self.like]
-        self.dtypes = list(dict.fromkeys(h.dtype for h in host))
-        self.buffers = [np.concatenate([h.ravel() for h in host if h.dtype == d])
+        self.like = [(backend.get_namespace(a), backend.device(a), tuple(a.shape),
+                      str(a.dtype)) for a in arrays]
+        self.dtypes = list(dict.fromkeys(key for *_, key in self.like))
+        groups = {d: [a for a, (*_, key) in zip(arrays, self.like) if key == d]
+                  for d in self.dtypes}
+        self.buffers = [np.ascontiguousarray(backend.to_numpy(_joined(groups[d])))
                         for d in self.dtypes]
         self.nbytes = sum(b.nbytes for b in self.buffers)
 
@@ -74,14 +79,21 @@ class Packed:
 
     def unpack(self, buffers):
         out, offsets = [], dict.fromkeys(self.dtypes, 0)
-        for a in self.like:
-            h = backend.to_numpy(a)
-            start = offsets[h.dtype]
-            offsets[h.dtype] = start + h.size
-            flat = buffers[self.dtypes.index(h.dtype)][start:start + h.size]
-            out.append(backend.move(np.reshape(flat, h.shape), backend.get_namespace(a),
-                                    backend.device(a)))
+        for xp, device, shape, key in self.like:
+            size = math.prod(shape)
+            start = offsets[key]
+            offsets[key] = start + size
+            flat = buffers[self.dtypes.index(key)][start:start + size]
+            out.append(backend.move(np.reshape(flat, shape), xp, device))
         return out
+
+
+def _joined(arrays):
+    """One flat array of ``arrays`` (one dtype), on their device: nothing is read."""
+    xp = backend.get_namespace(*arrays)
+    if len(arrays) == 1:
+        return xp.reshape(arrays[0], (-1,))
+    return xp.concat([xp.reshape(a, (-1,)) for a in arrays])
 
 
 def _host(tree, move):
@@ -140,22 +152,40 @@ class AllReduce:
         return [_host(p, lambda a: backend.move(a, xp, device)) for p in gathered]
 
     def update(self, acc):
+        """Every rank's sums added up with ONE read of this rank's device per dtype (the
+        gradient sums and the loss sum joined on the device); whether they are finite is
+        then known on the host, so the update's ``prepare`` reads nothing more. Every rank
+        prepares, they agree that all of them could, and only then does each commit."""
         present = [p.grad is not None for p in acc.params]
-        packed = Packed([p.grad if p.grad is not None else p.xp.zeros_like(p.data)
-                         for p in acc.params])
-        gathered = self._exchange(self.ACCUMULATING, "ok", (acc.window, present))
+        loss = acc.window.loss_sum
+        on_device = not isinstance(loss, (int, float))
+        arrays = [p.grad if p.grad is not None else p.xp.zeros_like(p.data)
+                  for p in acc.params]
+        packed = Packed(arrays + ([backend.get_namespace(loss).reshape(loss, (1,))]
+                                  if on_device else []))
+        window = (acc.window.items, acc.window.micro_batches, acc.window.samples,
+                  None if on_device else loss)
+        gathered = self._exchange(self.ACCUMULATING, "ok", (window, present))
         sums = packed.allreduce(self.comm)
         self.last_traffic = packed.nbytes
         windows, presents = zip(*gathered)
         used = [any(flags) for flags in zip(*presents)]
+        unpacked = packed.unpack(sums)
         grads = [like(g, p, f"reduced gradient {i}") if used[i] else None
-                 for i, (p, g) in enumerate(zip(acc.params, packed.unpack(sums)))]
+                 for i, (p, g) in enumerate(zip(acc.params, unpacked))]
+        loss_sum = float(sums[packed.dtypes.index(packed.like[-1][3])][-1]) if on_device \
+            else sum(w[3] for w in windows)
+        finite = all(bool(np.isfinite(b).all()) for b in sums) and math.isfinite(loss_sum)
         self.stage = self.UPDATING
-        acc.load_sums(grads, sum(windows, Window()))
-        mean_loss = acc.update()  # divides once by the global item count
-        self._exchange(self.UPDATING, "ok", None)
-        self.done = True
-        return mean_loss
+        acc.load_sums(grads, Window(*(sum(w[k] for w in windows) for k in range(3)),
+                                    loss_sum))
+        ready = acc.prepare(decided=(finite, loss_sum))  # divides once by the global items
+        if ready is None:
+            return None  # not finite on every rank alike (the same sums): all skip
+        self._exchange(self.UPDATING, "ok", None)  # every rank could: now all commit
+        self.done = True  # nothing more to tell: an interrupt from here on is local
+        acc.commit(ready)
+        return ready.mean_loss
 
     def skip(self):
         if not self.done:

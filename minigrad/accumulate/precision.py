@@ -181,6 +181,9 @@ class Precision:
             self.scaler.update(found_inf=True)
             return None  # skipped: the driver puts everything back
         acc.load_sums(sums, acc.window)
+        if self.scaler is not None and acc.optimizer is not None:
+            scaler = self.scaler  # the scale moves once per window, with the update's commit
+            acc.on_commit.append(lambda: scaler.update(found_inf=False))
         if self.order == "divide_then_sum":
             try:
                 acc.normalize = "sum"  # divided already (a fresh accumulator per call)
@@ -189,8 +192,6 @@ class Precision:
                 acc.normalize = "items"
         else:
             mean_loss = reduction.update(acc)
-        if self.scaler is not None and acc.optimizer is not None:
-            self.scaler.update(found_inf=False)  # once per window, after the update
         return mean_loss
 
     def _add(self, acc, mb):

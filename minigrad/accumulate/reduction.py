@@ -21,6 +21,9 @@ A collective call that learns that another process dropped its window raises
 ``WindowSkipped``; the driver then restores everything and reports a skipped update.
 """
 
+from minigrad.accumulate.guard import nonfinite
+from minigrad.engine import interrupts
+
 
 class WindowSkipped(Exception):
     """Another process dropped this window (non-finite, ``on_nonfinite="skip"``)."""
@@ -61,13 +64,20 @@ class Gradients(OneProcess):
         self.before, self.grads = before, None
 
     def update(self, acc):
+        finite, loss_sum = acc.decide()  # the window's one read
+        if not finite:
+            return acc.refuse(nonfinite(loss_sum))
         grads = acc.gradients()
-        mean_loss = acc.pending_loss_sum / acc.pending_items if acc.pending_items \
-            else float("nan")
-        acc.discard()
-        for p, g in zip(acc.params, self.before):
-            p.grad = g
-        self.grads = grads
+        mean_loss = loss_sum / acc.pending_items if acc.pending_items else float("nan")
+        with interrupts.deferred():  # this window's commit: all of it, Ctrl-C after it
+            acc.discard()
+            for p, g in zip(acc.params, self.before):
+                p.grad = g
+            self.grads = grads
+            for action in acc.on_commit:  # a memory bank moves on, as with an update
+                action()
+            acc.on_commit = []
+            acc.commits += 1
         return mean_loss
 
 

@@ -89,16 +89,22 @@ class MicroBatch:
     x: object
     y: object
     index: object
+    items: int | None = None  # its item count, when the batch's were read at once
 
 
-def parts(x, y, sizes, offset=0):
+def parts(x, y, sizes, offset=0, counts=None):
     """The ``MicroBatch`` records of a checked ``(x, y)`` split by checked ``sizes``; the
-    first sample's global position is ``offset`` (non-zero for a shard of a larger batch)."""
+    first sample's global position is ``offset`` (non-zero for a shard of a larger batch).
+    ``counts``: the items of each sample, on the host (a loss's ``for_batch``), or None."""
     out, start = [], 0
     for size in sizes:
         stop = start + size
         xj = x[start:stop, ...]
-        out.append(MicroBatch(xj, y[start:stop, ...], positions(xj, offset + start)))
+        items = None
+        if counts is not None:
+            part = counts[start:stop]
+            items = int(part.sum()) if hasattr(part, "sum") else sum(part)
+        out.append(MicroBatch(xj, y[start:stop, ...], positions(xj, offset + start), items))
         start = stop
     return out
 

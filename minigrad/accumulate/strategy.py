@@ -31,7 +31,12 @@ checks the batch and the split once, makes a fresh ``Accumulator`` ``acc``, and 
 ``run`` adds the window's per-item gradient SUMS into ``.grad`` and counts them: with
 ``micro.add_micro_batch(acc, mb)``, or, for its own forward, ``micro.add_loss(acc, mb,
 out)``, or with its own backward and ``acc.record(items, samples, loss_sum)``. It returns
-``reduction.update(acc)``, or ``None`` when a non-finite loss dropped the window. It may
+``reduction.update(acc)``, which is ``None`` when the window was not finite and was
+dropped (finiteness is decided once per window, from the sums; a strategy that reads a
+loss itself may also return ``acc.refuse(reason)`` early). Whatever must change together
+with the update (a memory bank, a loss scale) is handed to ``acc.on_commit``: callables
+run inside the update's commit, after the parameters are written, where nothing may fail.
+It may
 raise at any point: the driver took ``acc.snapshot()`` before and restores it, so the
 parameters, gradients, buffers, optimizer and schedule are as they were; a strategy only
 has to keep its own helpers off the model (pass them as arguments, as ``exact_batchnorm``
@@ -51,8 +56,7 @@ The smallest complete example, micro-batches in reverse order::
 
         def run(self, acc, micro_batches, reduction):
             for mb in reversed(micro_batches):
-                if add_micro_batch(acc, mb) is None:
-                    return None
+                add_micro_batch(acc, mb)
             return reduction.update(acc)
 
     step(model, loss, opt, x, y, micro_batch_size=4, strategy=Reversed())

@@ -55,7 +55,7 @@ def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_ba
         reduction.abort(error)  # MPI: every rank learns of it and raises
         raise
     offset = reduction.begin(acc, x.shape[0], call)
-    mean_loss = run_window(acc, run, parts(x, y, split, offset), reduction)
+    mean_loss = run_window(acc, run, parts(x, y, split, offset, acc.counts), reduction)
     return float("nan") if mean_loss is None else mean_loss
 
 
@@ -88,7 +88,7 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
                                      num_micro_batches, sizes, strategy, normalize=normalize,
                                      step_index=step_index)
     kept = reductions.Gradients([p.grad for p in acc.params])  # .grad is given back
-    run_window(acc, run, parts(x, y, split), kept)  # a non-finite loss raises
+    run_window(acc, run, parts(x, y, split, 0, acc.counts), kept)  # non-finite: raises
     return dict(zip((name for name, _ in model.named_parameters()), kept.grads))
 
 
@@ -106,9 +106,10 @@ def run_window(acc, strategy, micro_batches, reduction):
     except reductions.WindowSkipped:
         mean_loss = None
     except BaseException as error:
-        acc.restore(saved)
-        if kept is not None:
-            strategy.restore(kept)  # a memory bank, a loss scale: as before the call
+        if acc.commits == saved.commits:  # else the update is made (an interrupt held by
+            acc.restore(saved)            # its commit arrived after it): that state stays
+            if kept is not None:
+                strategy.restore(kept)  # a memory bank, a loss scale: as before the call
         reduction.abort(error)
         raise
     if mean_loss is None:
@@ -126,4 +127,5 @@ def _prepare(model, loss_fn, optimizer, x, y, micro_batch_size, num_micro_batche
     acc = Accumulator(model, loss_fn, optimizer, **options)
     acc.check_exact(x, y)
     run.check(acc)
+    acc.read_labels(y)
     return acc, run, x, y, split

@@ -75,14 +75,12 @@ MEMORY_LOSSES = {"cross_entropy": ("cross-entropy", nn.CrossEntropyLoss),
 
 
 def _update_arrays(optimizer):
-    """(t, r) of ``memory.theoretical_peak`` for ``optimizer``: the arrays of a parameter's
-    size alive at once while it is updated (one more with weight decay), and those kept."""
+    """(t, r) of ``memory.theoretical_peak``'s update for a fresh ``optimizer``: the
+    workspace's arrays of the largest parameter's size, and the arrays of each parameter's
+    size its first update makes (SGD's momentum buffers)."""
     h = optimizer.hyperparams
-    kind = "adam"
-    if isinstance(optimizer, optim.SGD):
-        kind = "sgd" if h["momentum"] == 0 else "nesterov" if h["nesterov"] else "momentum"
-    t, r = memory_theory.UPDATE_ARRAYS[kind]
-    return t + (h["weight_decay"] != 0), r
+    made = 1 if isinstance(optimizer, optim.SGD) and h["momentum"] != 0 else 0
+    return memory_theory.WORKSPACE_ARRAYS, made
 
 
 def _state_arrays(optimizer):
@@ -99,7 +97,8 @@ def memory_explorer(sizes="784,256,256,10", batch_sizes=(64, 128, 256, 512, 1024
                     budgets_mib=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)):
     """The controls of the memory planner and the constants of ``memory.theoretical_peak``:
     bytes per value (``itemsize``), arrays of n x C at the loss (``head``), and per optimizer
-    of ``MEMORY_OPTIMIZERS`` its ``t`` and ``r`` (see ``theoretical_peak``) and ``state``,
+    of ``MEMORY_OPTIMIZERS`` its ``t`` (workspace arrays of the largest parameter's size)
+    and ``r`` (arrays of each parameter's size its first update makes) and ``state``,
     the arrays of a parameter's size it keeps. The page evaluates the formula with them."""
     kinds = {}
     for name, (label, factory) in MEMORY_OPTIMIZERS.items():

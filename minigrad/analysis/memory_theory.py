@@ -18,7 +18,8 @@ from minigrad.accumulate.split import check_sizes
 # SGD lr*g, p - lr*g; momentum mu*b, (1-tau)*g, b, then lr*b and the new p beside b;
 # Nesterov also g + mu*b; Adam (its NumPy and CuPy path) m, v, one temporary and the
 # denominator, which becomes the new p.
-UPDATE_ARRAYS = {"sgd": (2, 1), "momentum": (3, 2), "nesterov": (4, 2), "adam": (4, 3)}
+WORKSPACE_ARRAYS = 2  # an optimizer's in-place update: two scratch arrays of its largest
+# parameter's size (minigrad.optim.in_place.Workspace), made by its first update
 # Arrays of n x C alive at once in the loss's backward, beside the hidden layers':
 # cross-entropy (one fused node) keeps the logits and their shifted copy while its backward
 # makes p * s, p * s - s and the gradient (the one-hot mask is boolean); MSE keeps the
@@ -32,8 +33,8 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     with cross-entropy or MSE and SGD, Adam or AdamW.
 
     s bytes per value; widths d_0..d_L (hidden d_1..d_{L-1}, C = d_L); n samples in a
-    micro-batch; P bytes of parameters, so of one set of gradients. Arrays are replaced,
-    never written into, so each term below counts whole new arrays.
+    micro-batch; P bytes of parameters, so of one set of gradients; q the bytes of the
+    largest parameter. The walk makes new arrays and frees them; the update writes in place.
 
     * Forward, hidden layer l keeps 2 n d_l values (y = h W^T + b, one ``linear`` node, and
       h = relu(y), whose backward makes its mask from h); the last layer the logits. The
@@ -47,15 +48,14 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
         at Linear l+1   n (2 sum_{k<l} d_k + 3 d_l + 2 d_{l+1} + C) + the same gradients
                         (layer l's two arrays and g W; y and g of layer l+1)
       plus P from the second micro-batch on: the sum accumulated so far.
-    * End of the walk: P new gradients, and from the second micro-batch on 3P: the
-      accumulator's all-or-nothing snapshot keeps the old sum alive while grad + g is made.
-    * The update: the sum (kept by the snapshot) and the sum / items, 2P; then parameter by
-      parameter in the optimizer's order t arrays of its size alive at once, r of which
-      stay (new p and state): SGD t, r = 2, 1; momentum 3, 2; Nesterov 4, 2; Adam and
-      AdamW 4, 3 (its NumPy and CuPy path writes m, v, one temporary and the denominator, which
-      becomes the new p); weight decay one more. Every gradient has its parameter's
-      row-major layout (the engine's matmul follows PyTorch's layout rule), so no
-      elementwise op mixes layouts, which NumPy would run through a buffer.
+    * End of the walk: P new gradients, and from the second micro-batch on 2P + q: the old
+      sums and the walk's gradients, while ``.grad + g`` is made parameter by parameter
+      (each new sum replaces its addend; all are written at once, Ctrl-C held).
+    * The update (validate, then commit in place): the sums P, the workspace of
+      ``WORKSPACE_ARRAYS`` arrays of q bytes if the optimizer has none yet (its first
+      update), and SGD's momentum buffers, P, on its first update with momentum. Nothing
+      else is allocated: parameters and moments are written in place, the division by the
+      items and the weight decay happen in the workspace.
 
     * Recomputed runs of whole hidden layers (``Sequential.recompute_segments``, such as
       ``MLP.blocks`` gives): a run keeps only its output, d_last values
@@ -75,10 +75,10 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
     >>> model = nn.MLP([4, 8, 2], seed=0)
     >>> opt = optim.SGD(model.parameters(), lr=0.1)
     >>> theoretical_peak(model, nn.CrossEntropyLoss(), opt, np.zeros((2, 4)), [1, 1])
-    1504
-    >>> P = 8 * (4 * 8 + 8 + 8 * 2 + 2)  # float64 parameters
-    >>> 2 * P + 8 * (4 * 8 + 8) + 2 * 8 * (8 * 2)  # at W_2: new W_1, b_1; lr g, the new W_2
-    1504
+    1200
+    >>> P, q = 8 * (4 * 8 + 8 + 8 * 2 + 2), 8 * 4 * 8  # float64 parameters; W_1, the largest
+    >>> 2 * P + q + 8 * 1 * 2  # the second walk's end: old sums, gradients, W_1's new sum; logits
+    1200
     """
     reason = not_covered(model, loss_fn, optimizer)
     if reason is not None:
@@ -100,6 +100,7 @@ def peak_of_micro_batches(model, loss_fn, optimizer, dtype, micro_batches):
     classes = widths[-1]
     s = np.result_type(dtype, linears[0].weight.dtype).itemsize
     grads = [layer.weight.data.nbytes + layer.bias.data.nbytes for layer in linears]
+    grads_each = [a.data.nbytes for layer in linears for a in (layer.weight, layer.bias)]
     total = sum(grads)
     head = HEAD_ARRAYS[type(as_loss(loss_fn))]
     segment = _recomputed(model)
@@ -118,7 +119,7 @@ def peak_of_micro_batches(model, loss_fn, optimizer, dtype, micro_batches):
             alive = _kept(hidden, segment, outer)
             walk.append(n * s * (sum(alive[:i + 1]) + d + 2 * widths[i + 1] + classes
                                  + _held(hidden, outer, False)) + above)
-        end = (3 * total if later else total) + n * s * classes
+        end = (2 * total + max(grads_each) if later else total) + n * s * classes
         peak = max(peak, (total if later else 0) + max(walk), end)
     return peak
 
@@ -151,19 +152,19 @@ def _held(hidden, now, top):
 
 
 def _update_peak(optimizer, total):
-    """2P + max over the optimizer's parameters i of (r sum_{j<i} q_j + t q_i)."""
-    h = optimizer.hyperparams
-    kind = "adam"
-    if isinstance(optimizer, optim.SGD):
-        kind = "sgd" if h["momentum"] == 0 else "nesterov" if h["nesterov"] else "momentum"
-    t, r = UPDATE_ARRAYS[kind]
-    decay = h["weight_decay"] != 0
-    t += decay  # g + lambda p (AdamW: the decayed copy of p) lives through the update
-    done = worst = 0
+    """P + the workspace the optimizer does not hold yet + the momentum buffers its first
+    update makes."""
+    by_dtype = {}
     for p in optimizer.params:
-        worst = max(worst, done + t * p.data.nbytes)
-        done += r * p.data.nbytes
-    return 2 * total + worst
+        key = str(p.data.dtype)
+        by_dtype[key] = max(by_dtype.get(key, 0), p.data.nbytes)
+    held = {key[2]: bufs[0].nbytes for key, bufs in optimizer.workspace.buffers.items()}
+    workspace = sum(WORKSPACE_ARRAYS * q for key, q in by_dtype.items() if held.get(key, 0) < q)
+    momentum = 0
+    if isinstance(optimizer, optim.SGD) and optimizer.hyperparams["momentum"] != 0:
+        momentum = sum(p.data.nbytes for p, state in zip(optimizer.params, optimizer.state)
+                       if state.mu is None)
+    return total + workspace + momentum
 
 
 def not_covered(model, loss_fn, optimizer):

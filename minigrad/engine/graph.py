@@ -8,7 +8,7 @@ Nothing here depends on what the primitives are.
 
 from contextlib import ContextDecorator
 
-from minigrad.engine import backend
+from minigrad.engine import backend, interrupts
 
 _grad_enabled = True
 
@@ -86,9 +86,10 @@ def backward(root, gradient, retain_graph=False):
     """Add d(root)/d(leaf) . gradient into ``.grad`` of every leaf below ``root``.
 
     Each node's gradient is complete before it is passed on (reverse topological order).
-    ``.grad`` is written only once every gradient is computed: an error (or Ctrl-C)
-    half-way through leaves all ``.grad`` as they were, never half-accumulated. Gradients
-    are added out of place (``grad + g``), never into an existing array.
+    ``.grad`` is written only once every new gradient (``grad + g``) is computed, all in one
+    region that holds Ctrl-C back (``interrupts.deferred``): an error or a Ctrl-C leaves
+    every ``.grad`` as it was or every one added to, never some of them. Gradients are
+    added out of place, never into an existing array.
 
     Memory: a node's ``backward`` closure holds the arrays its rule needs (the inputs of a
     product, the output of an exp, ...). Unless ``retain_graph``, each node is cut loose as
@@ -98,8 +99,14 @@ def backward(root, gradient, retain_graph=False):
     all gradients". A second backward through a freed node raises ``RuntimeError``.
     """
     leaves = _walk(topological_order(root), gradient, retain_graph, cast=True)
-    for leaf, g in leaves:
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+    # Every sum first (each leaf is reached once), each replacing its addend in the list:
+    # the peak memory is that of adding leaf by leaf. Then only the writes, uninterrupted.
+    for i, (leaf, g) in enumerate(leaves):
+        if leaf.grad is not None:
+            leaves[i] = (leaf, leaf.grad + g)
+    with interrupts.deferred():
+        for leaf, g in leaves:
+            leaf.grad = g
 
 
 def gradients(root, gradient, inputs, *, cast=True):

@@ -69,10 +69,12 @@ class deferred:  # lower case: used like a function, as no_grad
         _depth -= 1
         if _depth:
             return False
-        previous, pending = _previous, _pending
-        _previous, _pending = None, None
+        previous = _previous
         signal.signal(signal.SIGINT, previous if previous is not None else
                       signal.default_int_handler)
+        # Read only now: a signal up to the swap was held, one after it is the previous
+        # handler's already (Python's default raises it at once).
+        pending, _previous, _pending = _pending, None, None
         if pending is not None:
             _deliver(previous, *pending)
         return False

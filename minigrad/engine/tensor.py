@@ -326,6 +326,9 @@ class Parameter(Tensor):
 
     def __init__(self, data, *, dtype=None, xp=None, device=None):
         super().__init__(data, requires_grad=True, dtype=dtype, xp=xp, device=device)
+        # Its own copy, as ``torch.tensor(data)`` makes: the optimizers update a parameter's
+        # array in place, which must never write into an array the caller still holds.
+        self.data = self.xp.asarray(self.data, copy=True)
 
     def __repr__(self):
         return f"Parameter({self.data!r})"

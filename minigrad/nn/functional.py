@@ -7,6 +7,7 @@ Everything else needs no backward code.
 """
 
 import math
+from dataclasses import dataclass
 
 from minigrad.engine import backend, validate
 from minigrad.engine.tensor import Tensor, primitive
@@ -112,13 +113,58 @@ def _check_reduction(reduction):
     validate.choice("reduction", reduction, REDUCTIONS)
 
 
-def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
+@dataclass(frozen=True)
+class Labels:
+    """What ONE read of a whole batch's targets says (``label_counts``): the smallest and
+    largest label that is not ignored (both None when every target is), and whether any
+    target is ignored. ``cross_entropy(..., labels=...)`` checks a part of that batch against
+    its class count with it, without reading the part's targets again."""
+
+    low: int | None
+    high: int | None
+    ignored: bool
+
+
+def label_counts(target, ignore_index=-100):
+    """``(Labels, counts)`` of a batch of class-index targets with ONE read from the device:
+    ``counts[i]`` (a host NumPy int64 array) is the number of targets of sample ``i`` that
+    are not ``ignore_index`` (its items), as the accumulation layer needs per micro-batch.
+
+    >>> import numpy as np
+    >>> labels, counts = label_counts(np.array([[2, -100], [0, 1]]))
+    >>> labels, counts.tolist()
+    (Labels(low=0, high=2, ignored=True), [1, 2])
+    """
+    ignore_index = validate.integer("ignore_index", ignore_index)
+    target = target.data if isinstance(target, Tensor) else target
+    xp = backend.get_namespace(target)
+    if not backend.is_integral(xp, target) or target.ndim == 0:
+        raise TypeError(f"target must be an integer array with a sample axis, got "
+                        f"{getattr(target, 'dtype', type(target).__name__)}")
+    n = target.shape[0]
+    labels = xp.reshape(xp.astype(target, xp.int64), (n, -1))
+    kept = labels != ignore_index
+    low, high = 2**63 - 1, -2**63  # int64's ends: no kept label is beyond them
+    edges = xp.stack([xp.min(xp.where(kept, labels, low)), xp.max(xp.where(kept, labels, high))])
+    per_sample = xp.sum(xp.astype(kept, xp.int64), axis=1)
+    host = backend.to_numpy(xp.concat([per_sample, edges]))  # the one read
+    counts, (first, last) = host[:n], (int(v) for v in host[n:])
+    none_kept = int(counts.sum()) == 0
+    return Labels(None if none_kept else first, None if none_kept else last,
+                  int(counts.sum()) < labels.shape[0] * labels.shape[1]), counts
+
+
+def cross_entropy(logits, target, reduction="mean", ignore_index=-100, *, labels=None):
     """-log softmax(logits)[target] per sample; ``"mean"`` divides by the non-ignored count.
 
     logits: (N, C) floats, or (N, C, d1, ...) with target (N, d1, ...), or (C,) with a 0-d
     target, as in PyTorch; target: integer class indices in [0, C) or ``ignore_index``.
     Ignored samples contribute 0 (and 0 gradient). A ``"mean"`` over a batch whose targets
     are all ignored is NaN, with a zero gradient, as in PyTorch.
+
+    ``labels``: the ``label_counts`` of a batch that ``target`` is a part of; the labels are
+    then checked against C from it, with no read of ``target`` (on a GPU each read waits for
+    the device). The results are the same to the last bit.
     """
     _check_reduction(reduction)
     ignore_index = validate.integer("ignore_index", ignore_index)
@@ -142,7 +188,8 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
         raise ValueError(f"target has shape {tuple(target.shape)}, expected {expected} for "
                          f"logits of shape {logits.shape}")
     n_classes = logits.shape[1] if logits.ndim > 1 else logits.shape[0]
-    kept = _kept(xp, target, n_classes, ignore_index)
+    kept = _kept(xp, target, n_classes, ignore_index) if labels is None else \
+        _kept_by(labels, target, n_classes, ignore_index)
     # Classes on the last axis, everything else flattened to rows: (rows, C).
     if logits.ndim != 2:
         axes = (0,) + tuple(range(2, logits.ndim)) + (1,) if logits.ndim > 1 else (0,)
@@ -176,6 +223,16 @@ def _kept(xp, target, n_classes, ignore_index):
         raise ValueError(f"target labels must lie in [0, {n_classes}) or equal "
                          f"ignore_index={ignore_index}")
     return kept
+
+
+def _kept_by(labels, target, n_classes, ignore_index):
+    """``_kept`` from what a read of the whole batch said (``Labels``): the mask when any
+    target of the batch is ignored (where all of this part's count, it selects every row,
+    the same values as no mask), else None."""
+    if labels.low is not None and (labels.low < 0 or labels.high >= n_classes):
+        raise ValueError(f"target labels must lie in [0, {n_classes}) or equal "
+                         f"ignore_index={ignore_index}")
+    return target != ignore_index if labels.ignored else None
 
 
 def _cross_entropy(logits, safe, kept, reduction, count, shape):

@@ -39,6 +39,29 @@ class CrossEntropyLoss(Module):
         xp = backend.get_namespace(target)
         return int(xp.sum(xp.astype(target != self.ignore_index, xp.int64)))
 
+    def for_batch(self, target):
+        """``(loss, counts)`` for the parts of one batch: its labels read once, here
+        (``functional.label_counts``), and this loss checking each part from that read;
+        ``counts[i]``: the items of sample ``i``, a host array. What accumulation uses so
+        that a window reads its targets once, not once per micro-batch."""
+        labels, counts = F.label_counts(target, self.ignore_index)
+        return _LabelsRead(self, labels), counts
+
+
+class _LabelsRead:
+    """A ``CrossEntropyLoss`` whose batch's labels were read once (``for_batch``)."""
+
+    def __init__(self, loss, labels):
+        self.loss, self.labels = loss, labels
+
+    def __call__(self, logits, target, reduction=None):
+        reduction = self.loss.reduction if reduction is None else reduction
+        return F.cross_entropy(logits, target, reduction, self.loss.ignore_index,
+                               labels=self.labels)
+
+    def num_items(self, target):
+        return self.loss.num_items(target)
+
 
 class MSELoss(Module):
     """``functional.mse_loss`` as a module; ``"mean"`` divides by the element count."""
@@ -54,3 +77,10 @@ class MSELoss(Module):
     def num_items(self, target):
         target = target.data if isinstance(target, Tensor) else target
         return backend.size(target)
+
+    def for_batch(self, target):
+        """``(self, counts)``: every element is an item, so sample ``i`` holds the elements
+        of ``target[i]`` (``counts``, a list of ints; nothing is read from the device)."""
+        target = target.data if isinstance(target, Tensor) else target
+        n = target.shape[0]
+        return self, [backend.size(target) // n if n else 0] * n

@@ -11,7 +11,7 @@
 ['scale']
 """
 
-from minigrad.engine import backend, validate
+from minigrad.engine import backend, interrupts, validate
 from minigrad.engine.tensor import Parameter, Tensor
 
 _buffers_seen = False  # whether any Module has registered a buffer (see Module.__call__)
@@ -30,9 +30,8 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError("call super().__init__() before assigning attributes of a Module")
         if isinstance(value, (Parameter, Module)):
-            table = self._parameters if isinstance(value, Parameter) else self._modules
-            self._forget(name, keep=table)  # a replaced entry keeps its place, as in torch
-            table[name] = value
+            self._replace(name, value,
+                          self._parameters if isinstance(value, Parameter) else self._modules)
         elif name in self._parameters:
             if value is not None:
                 raise TypeError(f"cannot assign {type(value).__name__} to parameter {name!r} "
@@ -40,14 +39,22 @@ class Module:
             self._parameters[name] = None
         elif name in self._buffers:
             self._buffers[name] = value
+        elif name in self._modules:  # a sub-module replaced by a plain value
+            with interrupts.deferred():  # Ctrl-C leaves the module or the value, never neither
+                object.__setattr__(self, name, value)
+                del self._modules[name]
         else:
-            self._forget(name)
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, value)  # one step (Dropout.calls += 1)
 
-    def _forget(self, name, keep=None):
-        for table in (self._parameters, self._buffers, self._modules, self.__dict__):
-            if table is not keep:
-                table.pop(name, None)
+    def _replace(self, name, value, table):
+        """``table[name] = value``, ``name`` dropped from the other tables, in one step as
+        far as Ctrl-C goes; a replaced entry keeps its place, as in torch."""
+        stale = [t for t in (self._parameters, self._buffers, self._modules, self.__dict__)
+                 if t is not table and name in t]
+        with interrupts.deferred():
+            for t in stale:
+                del t[name]
+            table[name] = value
 
     def __getattr__(self, name):
         for table in ("_parameters", "_buffers", "_modules"):
@@ -59,9 +66,8 @@ class Module:
     def register_buffer(self, name, array):
         """Register a non-trained array (e.g. running statistics) saved in ``state_dict``."""
         global _buffers_seen
-        self._forget(name)
-        self._buffers[name] = array
-        _buffers_seen = True
+        _buffers_seen = True  # first: early it costs a look, late it would skip one
+        self._replace(name, array, self._buffers)
 
     def __setstate__(self, state):
         # copy.deepcopy (analysis.memory's copy of a model) restores without register_buffer
@@ -158,12 +164,16 @@ class Module:
                     yield (f"{prefix}.{name}" if prefix else name), module, table, name
 
     def state_dict(self):
-        """Dotted name -> array, parameters then buffers of each module, like ``torch``."""
+        """Dotted name -> array, parameters then buffers of each module, like ``torch``.
+
+        The arrays are copies (torch's share storage): the optimizers update parameters in
+        place, and a state dict kept to compare or restore later must not move with them."""
         state = {}
         for key, _, table, name in self._entries():
             value = table[name]
             if value is not None:
-                state[key] = value.data if isinstance(value, Tensor) else value
+                value = value.data if isinstance(value, Tensor) else value
+                state[key] = backend.get_namespace(value).asarray(value, copy=True)
         return state
 
     def set_buffers(self, buffers):

@@ -42,7 +42,7 @@ be its parameters: a tensor that requires grad and reaches the block another way
 (4, 3)
 """
 
-from minigrad.engine import backend, graph, validate
+from minigrad.engine import backend, graph, interrupts, validate
 from minigrad.engine.tensor import Tensor, primitive
 from minigrad.nn import dropout
 from minigrad.nn.module import Module
@@ -111,12 +111,16 @@ def recompute(module, *args, check=False, **kwargs):
         copies = [Tensor(a.data, requires_grad=a.requires_grad) if isinstance(a, Tensor)
                   else a for a in args]
         now = _State(module)
-        try:
-            first.restore()
-            graph.set_grad_enabled(True)
-            again = module(*copies, **kwargs)
-        finally:
-            now.restore()
+        # Ctrl-C is held from before the first write of the first forward's state to after
+        # the last write putting back today's: a ``finally`` alone is no guard, as a Ctrl-C
+        # can land in it before it has put anything back. The wait is one block's forward.
+        with interrupts.deferred():
+            try:
+                first.restore()
+                graph.set_grad_enabled(True)
+                again = module(*copies, **kwargs)
+            finally:
+                now.restore()
         _check_same(module, again, shape, dtype, expected)
         wrt = [c for c in copies if isinstance(c, Tensor) and c.requires_grad] + params
         if not again.requires_grad:  # a constant output: nothing flows back through it
@@ -175,8 +179,9 @@ class _State:
         self.grad_enabled = graph.is_grad_enabled()
 
     def restore(self):
-        # The process-global flags first: an interrupt inside this call then leaves at most
-        # a module's state half put back, which the accumulation guard restores as a whole.
+        # The process-global flags first: an error inside this call then leaves at most a
+        # module's state half put back, which the accumulation guard restores as a whole.
+        # (``recompute`` holds Ctrl-C back around it.)
         dropout.set_keys(self.keys)
         graph.set_grad_enabled(self.grad_enabled)
         for m, training, buffers, calls in self.modules:

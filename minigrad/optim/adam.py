@@ -82,8 +82,8 @@ def apply(grads, state, params, *, lr, betas, eps, weight_decay):
             g = g + weight_decay * p
         lib = _in_place_library(g, m, v, p)
         p, m, v = _one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps) \
-            if lib is None else _one_in_place(lib, g, m, v, p, b1, b2, step_size,
-                                              bias_correction2_sqrt, eps)
+            if lib is None else _one_fresh(lib, g, m, v, p, b1, b2, step_size,
+                                           bias_correction2_sqrt, eps)
         new_params.append(p)
         mu.append(m)
         nu.append(v)
@@ -98,7 +98,7 @@ def _one(g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
     return p - step_size * m / denom, m, v
 
 
-def _one_in_place(lib, g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
+def _one_fresh(lib, g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps):
     """The fast path of ``_one`` for NumPy or CuPy arrays (``lib`` is the library): the
     same operations on the same operands in the same order, one kernel each, so the same
     IEEE results (tests/optim check ``==``), written into three fresh arrays instead of
@@ -116,6 +116,43 @@ def _one_in_place(lib, g, m, v, p, b1, b2, step_size, bias_correction2_sqrt, eps
     lib.multiply(m_new, step_size, out=tmp)     # s_t * m_t
     tmp /= denom                                #   ... / d_t
     return lib.subtract(p, tmp, out=denom), m_new, v_new
+
+
+def reserve(lib, state, p, **_):
+    """Nothing to allocate before an in-place update: the moments exist from ``init``."""
+    return state
+
+
+def write(lib, g, p, state, tmp, den, *, first, lr, betas, eps, weight_decay):
+    """One update of one parameter IN PLACE, for an optimizer's commit: ``p`` and the
+    moments m, v of ``state`` are overwritten with p_t, m_t and v_t; returns the new state
+    record. ``tmp`` and ``den`` are workspace arrays of ``p``'s shape, and ``g`` may be
+    ``den`` itself (it is read before ``den`` is written). The operations, operands and
+    order are those of ``_one`` (so the same bits as ``update``); nothing is allocated
+    (NumPy or CuPy, ``lib``)."""
+    b1, b2 = betas
+    m, v = state.mu[0], state.nu[0]
+    t = state.count + 1
+    step_size = lr / (1 - b1**t)
+    bias_correction2_sqrt = (1 - b2**t) ** 0.5
+    if weight_decay != 0:
+        lib.multiply(p, weight_decay, out=tmp)  # lambda * p
+        lib.add(g, tmp, out=den)                # g + lambda * p
+        g = den
+    lib.multiply(m, b1, out=m)                  # b1 * m
+    lib.multiply(g, 1.0 - b1, out=tmp)          # (1 - b1) * g
+    m += tmp                                    # m_t
+    lib.multiply(v, b2, out=v)                  # b2 * v
+    lib.multiply(g, 1.0 - b2, out=tmp)          # (1 - b2) * g
+    tmp *= g                                    #   ... * g
+    v += tmp                                    # v_t (g is not read after this)
+    lib.sqrt(v, out=den)
+    den /= bias_correction2_sqrt
+    den += eps                                  # d_t
+    lib.multiply(m, step_size, out=tmp)         # s_t * m_t
+    tmp /= den                                  #   ... / d_t
+    p -= tmp                                    # p_t
+    return state._replace(count=t)
 
 
 def _in_place_library(g, m, v, p):

@@ -37,3 +37,14 @@ def apply(grads, state, params, *, lr, betas, eps, weight_decay):
     if weight_decay != 0:
         params = [p * (1.0 - lr * weight_decay) for p in params]
     return adam.apply(grads, state, params, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+
+
+reserve = adam.reserve
+
+
+def write(lib, g, p, state, tmp, den, *, first, lr, betas, eps, weight_decay):
+    """``adam.write`` after the decoupled decay, in place: p <- p * (1 - lr * lambda)."""
+    if weight_decay != 0:
+        p *= 1.0 - lr * weight_decay
+    return adam.write(lib, g, p, state, tmp, den, first=first, lr=lr, betas=betas, eps=eps,
+                      weight_decay=0.0)

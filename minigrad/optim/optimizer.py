@@ -13,16 +13,18 @@ from fractions import Fraction
 
 from minigrad.engine import backend
 from minigrad.engine.tensor import Tensor
-from minigrad.optim import _checks, adam, adamw, sgd
+from minigrad.optim import _checks, adam, adamw, in_place, sgd
 
 
 class Optimizer:
     """Holds ``params``, ``lr``, the other ``hyperparams`` and one state record per parameter.
 
-    ``step()`` reads ``p.grad`` of every parameter, calls the pure ``rule.update`` and writes
-    ``p.data``. As in ``torch.optim`` the state is per parameter: a parameter whose ``grad``
-    is None is skipped and its state (its ``count`` too) is left as it was. Everything is
-    checked and computed before anything is written, so an error changes nothing.
+    ``step()`` reads ``p.grad`` of every parameter and updates ``p.data`` and the state in
+    place, as ``torch.optim`` does. As there the state is per parameter: a parameter whose
+    ``grad`` is None is skipped and its state (its ``count`` too) is left as it was.
+    Everything that can fail is checked and computed before anything is written (``plan``),
+    then the writes happen with Ctrl-C held until they end (``minigrad.optim.in_place``), so
+    an error or an interrupt changes nothing, or all of it.
     ``lr`` may be set between updates (that is what a ``Scheduler`` does).
     ``step_count`` is the number of completed ``step()`` calls.
     """
@@ -36,6 +38,7 @@ class Optimizer:
         self._exact_hyperparams()  # refuses Adam and float hyperparameters in exact mode
         self.state = [rule.init([p.data]) for p in self.params]
         self.step_count = 0
+        self.workspace = in_place.Workspace()
 
     @property
     def lr(self):
@@ -54,27 +57,23 @@ class Optimizer:
         return _exact_number("lr", lr) if self._is_exact() else float(lr)
 
     def step(self):
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient: ``plan``, then ``commit``."""
+        in_place.commit(self, self.plan())
+
+    def plan(self, scale=1, coef=None):
+        """Everything one update needs, checked and computed; nothing written
+        (``minigrad.optim.in_place``). The gradients are the parameters' ``.grad``, seen
+        divided by ``scale`` and multiplied by ``coef`` (one 0-d array per parameter with a
+        gradient, or None): an accumulator's item count and clipping coefficient."""
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
         grads = [self.params[i].grad for i in active]
         datas = [self.params[i].data for i in active]
         _checks.check_like(grads, datas, "params[{}].grad", active)
         lr, hyperparams = self._exact_hyperparams()
         # The gradients were checked above and the hyperparameters when they were set, so the
-        # rule's unchecked ``apply`` (``update`` would repeat both checks per parameter).
-        apply = self._rule.apply
-        updates = [apply((g,), self.state[i], (data,), lr=lr, **hyperparams)
-                   for i, g, data in zip(active, grads, datas)]
-        old = [(self.params[i].data, self.state[i]) for i in active]
-        try:
-            for i, ((data,), state) in zip(active, updates):
-                self.params[i].data = data
-                self.state[i] = state
-            self.step_count += 1
-        except BaseException:  # e.g. Ctrl-C half-way through the writes
-            for i, (data, state) in zip(active, old):
-                self.params[i].data, self.state[i] = data, state
-            raise
+        # rule's unchecked ``apply`` and ``write`` (``update`` would repeat both checks).
+        return in_place.plan(self, self._rule, active, grads, lr, hyperparams, scale=scale,
+                             coef=coef)
 
     def _is_exact(self):
         return any(backend.is_exact(p.data) for p in self.params)
@@ -110,14 +109,14 @@ class Optimizer:
         """A snapshot ``{"lr", "hyperparams", "step_count", "count": [...], "mu": [...], ...}``.
 
         Each state field is a list with one entry per parameter (None where torch would have
-        no buffer yet). The arrays are shared, not copied: updates make new arrays and never
-        write into old ones, so the snapshot stays valid.
+        no buffer yet). The arrays are copies: updates write the state in place, and a
+        snapshot must not move with them.
         """
         snapshot = {"lr": self.lr, "hyperparams": dict(self.hyperparams),
                     "step_count": self.step_count}
         for name in self._fresh()._fields:
             values = [getattr(s, name) for s in self.state]
-            snapshot[name] = values if name == "count" else [_single(v) for v in values]
+            snapshot[name] = values if name == "count" else [_copy(_single(v)) for v in values]
         return snapshot
 
     def load_state_dict(self, state_dict):
@@ -245,6 +244,11 @@ def _exact_number(name, value):
     f = Fraction(value).limit_denominator(10**6)
     raise TypeError(f"{name}={value!r} is a float, but the parameters are exact Fractions: "
                     f"pass a Fraction, e.g. {name}=Fraction({f.numerator}, {f.denominator})")
+
+
+def _copy(array):
+    """A copy of ``array`` in its own namespace (None stays None)."""
+    return None if array is None else backend.get_namespace(array).asarray(array, copy=True)
 
 
 def _single(value):

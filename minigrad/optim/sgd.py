@@ -81,3 +81,43 @@ def apply(grads, state, params, *, lr, momentum, dampening, nesterov, weight_dec
         new_params.append(p - lr * g)
     mu = tuple(new_mu) if momentum != 0 else state.mu
     return tuple(new_params), SGDState(count=state.count + 1, mu=mu)
+
+
+
+def reserve(lib, state, p, *, momentum, **_):
+    """What an in-place update of ``p`` needs allocated beforehand: ``state`` with a
+    momentum buffer (an empty one before the first update, which ``write`` fills with g)."""
+    if momentum == 0 or state.mu is not None:
+        return state
+    return state._replace(mu=(lib.empty_like(p),))
+
+
+def write(lib, g, p, state, tmp, den, *, first, lr, momentum, dampening, nesterov,
+          weight_decay):
+    """One update of one parameter IN PLACE, for an optimizer's commit: ``p`` and the
+    momentum buffer of ``state`` (from ``reserve``; ``first``: it holds nothing yet) are
+    overwritten with p_t and b_t; returns the new state record. ``tmp`` and ``den`` are
+    workspace arrays of ``p``'s shape, ``g`` may be ``den`` itself. The operations and
+    their order are those of ``apply`` (the same bits); nothing is allocated (NumPy or
+    CuPy, ``lib``)."""
+    if weight_decay != 0:
+        lib.multiply(p, weight_decay, out=tmp)  # lambda * p
+        lib.add(g, tmp, out=den)                # g + lambda * p
+        g = den
+    if momentum != 0:
+        b = state.mu[0]
+        if first:
+            lib.copyto(b, g)                    # b_1 = g (torch copies g, no 1 - tau)
+        else:
+            lib.multiply(b, momentum, out=b)    # mu * b
+            lib.multiply(g, 1 - dampening, out=tmp)
+            b += tmp                            # b_t
+        if nesterov:
+            lib.multiply(b, momentum, out=tmp)  # mu * b_t
+            lib.add(g, tmp, out=den)            # g + mu * b_t
+            g = den
+        else:
+            g = b
+    lib.multiply(g, lr, out=tmp)                # lr * g
+    p -= tmp                                    # p_t
+    return state._replace(count=state.count + 1)

@@ -124,10 +124,10 @@ def case_failure(comm, where):
     if rank == 1 and where in ("update", "interrupt"):
         error = RuntimeError if where == "update" else KeyboardInterrupt
 
-        def refuse():
+        def refuse(*args, **kwargs):  # where an update can fail: before its commit
             raise error("a deliberate failure in the optimizer step")
 
-        opt.step = refuse
+        opt.plan = refuse
     if rank == 1 and where == "argument":
         kwargs = {"micro_batch_size": 0}
     if rank == 1 and where == "call":
@@ -142,7 +142,7 @@ def case_failure(comm, where):
     unchanged = (np.array_equal(before[0], flat_params(model)) and before[1] == opt.step_count
                  and all(a is b for a, b in zip(before[2], [s.nu for s in opt.state]))
                  and all(p.grad is None for p in model.parameters()))
-    vars(opt).pop("step", None)  # the ranks go on, in step
+    vars(opt).pop("plan", None)  # the ranks go on, in step
     distributed.step(model, nn.MSELoss(), opt, xr, yr, comm=comm, micro_batch_size=2)
     distributed.check_identical(model, comm)
     return {"raised": raised, "unchanged": unchanged}

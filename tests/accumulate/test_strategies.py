@@ -24,6 +24,7 @@ from minigrad.accumulate import (
     split,
     step,
 )
+from minigrad.accumulate.micro import add_micro_batch
 from minigrad.analysis import equivalence, reference
 
 
@@ -100,7 +101,8 @@ def test_refused_strategies_change_nothing(strategy, kwargs, error, text):
 
 
 class Failing:
-    """Adds two micro-batches, then raises ``error``: the driver must put everything back."""
+    """Adds two micro-batches, then raises ``error``: the driver must put everything back
+    (a committed update is final, so a strategy fails before its update, or not at all)."""
 
     name = "failing"
 
@@ -112,7 +114,7 @@ class Failing:
 
     def run(self, acc, micro_batches, reduction):
         for mb in micro_batches[:2]:
-            Micro().run(acc, [mb], reduction.__class__())  # even an update is put back
+            add_micro_batch(acc, mb)  # gradients, counts and BatchNorm statistics move
         raise self.error("a deliberate failure inside a strategy")
 
 
@@ -204,9 +206,8 @@ def test_snapshot_and_restore_are_a_public_pair():
     before = to_np({"model": model.state_dict(), "acc": acc.state_dict(),
                     "opt": opt.state_dict()})
     saved = acc.snapshot()
-    acc.add(x, y)
-    acc.update()
-    assert opt.step_count == 1
+    acc.add(x, y)  # gradients, counts, BatchNorm statistics (an update is final: in place)
+    assert acc.pending_micro_batches == 2
     acc.restore(saved)
     assert_same(to_np({"model": model.state_dict(), "acc": acc.state_dict(),
                        "opt": opt.state_dict()}), before)

@@ -213,7 +213,7 @@ def test_row_optimizer_step_once_adam_count_and_bias_correction_t_1(xp):
     model = dyadic_mlp(xp)
     opt = optim.Adam(model.parameters(), lr=lr)
     grads = accumulated_gradients(model, nn.MSELoss(), x, y, sizes=sizes)
-    before = [p.data for p in model.parameters()]
+    before = [xp.asarray(p.data, copy=True) for p in model.parameters()]  # updated in place
     expected, _ = adam.update(list(grads.values()), adam.init(before), before, lr=lr)
     accumulate_step(model, nn.MSELoss(), opt, x, y, sizes=sizes)
     assert opt.step_count == 1 and [s.count for s in opt.state] == [1, 1, 1, 1]

@@ -219,18 +219,15 @@ def formula_peak(formula, widths, dtype, optimizer, loss, sizes):
     for d_in, d_out in zip(widths[:-1], widths[1:]):
         params += [s * d_in * d_out, s * d_out]
         grads.append(s * (d_in * d_out + d_out))
-    total, done, worst = sum(grads), 0, 0
-    for q in params:
-        worst = max(worst, done + opt["t"] * q)
-        done += opt["r"] * q
-    peak = 2 * total + worst
+    total, largest = sum(grads), max(params)
+    peak = total + opt["t"] * largest + opt["r"] * total
     for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
         walk = [n * s * (2 * sum(hidden) + formula["head"][loss] * classes)]
         for i, d in enumerate(hidden):
             below, above = 2 * sum(hidden[:i]), sum(grads[i + 1:])
             walk.append(n * s * (below + 4 * d + classes) + above)
             walk.append(n * s * (below + 3 * d + 2 * outs[i + 1] + classes) + above)
-        end = (3 * total if later else total) + n * s * classes
+        end = (2 * total + largest if later else total) + n * s * classes
         peak = max(peak, (total if later else 0) + max(walk), end)
     return peak
 

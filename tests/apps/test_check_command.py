@@ -98,8 +98,9 @@ M4 = ["--micro-batch", "4"]
      "--norm batch with --strategy micro needs at least 2 samples in every micro-batch, but "
      "--micro-batch 3 splits --global-batch 10 into micro-batches as small as 1; choose "
      "another split or --strategy exact_batchnorm"),
-    (["--lr", "1e300", *M4], "the full-batch run stopped at update 2: loss of a micro-batch "
-                             "is nan, so there is nothing to compare with: lower --lr"),
+    (["--lr", "1e300", *M4], "the full-batch run stopped at update 2: a micro-batch's loss "
+                             "is not finite (the window's loss sum is nan), so there is "
+                             "nothing to compare with: lower --lr"),
 ])
 def test_a_bad_value_is_one_line_naming_the_flag_and_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as info:

@@ -47,7 +47,9 @@ def test_wrapper_equals_the_pure_update(xp, make_opt):
     a, b = two_params(xp)
     opt = make_opt([a, b])
     rule = {SGD: sgd, Adam: adam, AdamW: adamw}[type(opt)]
-    params, state = [a.data, b.data], rule.init([a.data, b.data])
+    # Copies: the optimizer updates a.data and b.data in place.
+    params = [xp.asarray(a.data, copy=True), xp.asarray(b.data, copy=True)]
+    state = rule.init(params)
     for scale in (1.0, -0.5, 2.0):
         set_grads([a, b], xp, scale)
         opt.step()
@@ -123,7 +125,7 @@ def test_state_dict_round_trip_continues_identically(xp, make_opt):
     for scale in (1.0, -2.0):
         set_grads([a, b], xp, scale)
         opt.step()
-    a2, b2 = Parameter(a.data), Parameter(b.data)
+    a2, b2 = (Parameter(xp.asarray(p.data, copy=True)) for p in (a, b))  # not shared
     opt2 = make_opt([a2, b2])
     opt2.lr = 123.0
     # through NumPy, as a checkpoint file stores it: loading moves arrays to the params' xp

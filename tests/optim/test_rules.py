@@ -210,7 +210,7 @@ def test_adam_numpy_fast_path_gives_the_plain_rules_bits(dtype, data, b1, b2, t,
     step_size, bc2 = lr / (1 - b1**t), (1 - b2**t) ** 0.5
     with np.errstate(all="ignore"):
         plain = adam._one(g, m, v, p, b1, b2, step_size, bc2, eps)
-        fast = adam._one_in_place(np, g, m, v, p, b1, b2, step_size, bc2, eps)
+        fast = adam._one_fresh(np, g, m, v, p, b1, b2, step_size, bc2, eps)
     for a, b in zip(plain, fast):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype == dtype and a.shape == b.shape
@@ -221,7 +221,7 @@ def test_adam_numpy_fast_path_gives_the_plain_rules_bits(dtype, data, b1, b2, t,
 
 def test_adam_takes_the_fast_path_for_numpy_and_cupy_arrays_only(monkeypatch):
     calls = []
-    monkeypatch.setattr(adam, "_one_in_place", lambda lib, *a: calls.append(lib) or adam._one(*a))
+    monkeypatch.setattr(adam, "_one_fresh", lambda lib, *a: calls.append(lib) or adam._one(*a))
     params, grads = [np.ones((2, 2))], [np.ones((2, 2))]
     adam.update(grads, adam.init(params), params)
     assert calls == [np]
@@ -241,7 +241,7 @@ def test_adam_fast_path_on_cupy_gives_the_plain_rules_bits(cupy_xp, dtype):
     v = cupy.abs(v)
     step_size, bc2 = 1e-3 / (1 - 0.9**7), (1 - 0.999**7) ** 0.5
     plain = adam._one(g, m, v, p, 0.9, 0.999, step_size, bc2, 1e-8)
-    fast = adam._one_in_place(cupy, g, m, v, p, 0.9, 0.999, step_size, bc2, 1e-8)
+    fast = adam._one_fresh(cupy, g, m, v, p, 0.9, 0.999, step_size, bc2, 1e-8)
     for a, b in zip(plain, fast):
         assert a.dtype == b.dtype and cupy.asnumpy(a).tobytes() == cupy.asnumpy(b).tobytes()
     assert adam._in_place_library(g, m, v, p) is cupy

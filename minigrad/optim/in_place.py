@@ -1,0 +1,147 @@
+"""An optimizer update as *validate, then commit*.
+
+``plan`` does everything that can fail (checks, the hyperparameters, the optimizer state an
+in-place update needs, such as SGD's first momentum buffer) and writes nothing; ``commit``
+then writes the parameters and the optimizer state IN PLACE, inside
+``minigrad.engine.interrupts.deferred()``, where nothing can fail and nothing is allocated:
+
+* NumPy and CuPy arrays (with at least one axis, writable) are updated by each rule's
+  ``write``: the rule's own kernels in its own order, with ``out=``, into the parameter,
+  its moments and a ``Workspace`` of two scratch arrays as long as the largest parameter,
+  allocated once per parameter set and reused. The results have the bits of the pure
+  ``update`` (tests/optim check ``==``).
+* Any other array (array-api-strict, PyTorch tensors, exact ``Fraction`` object arrays,
+  0-d arrays) has no ``out=``: ``plan`` computes the new arrays with the pure ``apply`` and
+  ``commit`` only swaps references.
+
+The gradient the rule sees may be the parameter's ``.grad`` divided by ``scale`` (the
+window's item count) and multiplied by ``coef`` (a clipping coefficient, a 0-d array): that
+is done in ``commit`` too, into the workspace, so ``.grad`` is never written and no copy of
+the gradients is made. Dividing first, then multiplying, is the order in which
+``Accumulator`` divided and ``clip_grad_norm_`` scaled when each made new arrays: the same
+bits.
+"""
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from minigrad.engine import backend, interrupts
+
+
+def library(*arrays):
+    """``numpy`` or ``cupy`` when every array is a writable, non-object array of that
+    library with at least one axis (what ``out=`` kernels can update in place); else None."""
+    kind = type(arrays[0])
+    if not all(type(a) is kind and a.ndim for a in arrays):
+        return None
+    if kind is np.ndarray:
+        ok = all(a.flags.writeable and a.dtype != object for a in arrays)
+        return np if ok else None
+    if kind.__module__.startswith("cupy") and kind.__name__ == "ndarray":
+        return sys.modules["cupy"]  # imported already: its arrays exist
+    return None
+
+
+class Workspace:
+    """Two flat scratch arrays per (library, device, dtype), each as long as the largest
+    parameter that uses them: allocated on the first update (or when a larger parameter
+    appears) and reused by every later one."""
+
+    def __init__(self):
+        self.buffers = {}
+
+    def reserve(self, arrays):
+        """Make room for every array of ``arrays`` (``(lib, p)`` pairs); may allocate."""
+        need = {}
+        for lib, p in arrays:
+            key = (lib.__name__, str(backend.device(p)), str(p.dtype))
+            size, _ = need.get(key, (0, None))
+            need[key] = (max(size, p.size), (lib, p))
+        for key, (size, (lib, p)) in need.items():
+            held = self.buffers.get(key)
+            if held is None or held[0].size < size:
+                self.buffers[key] = (lib.empty(size, dtype=p.dtype),
+                                     lib.empty(size, dtype=p.dtype))
+
+    def views(self, lib, p):
+        """The two scratch arrays shaped as ``p`` (views: nothing is allocated)."""
+        tmp, den = self.buffers[(lib.__name__, str(backend.device(p)), str(p.dtype))]
+        return tmp[:p.size].reshape(p.shape), den[:p.size].reshape(p.shape)
+
+
+@dataclass
+class Plan:
+    """One checked update: per active parameter, what ``commit`` writes."""
+
+    rule: object
+    writes: list  # (index, lib, grad, state) in place, or (index, None, new data, state)
+    lr: object
+    hyperparams: dict
+    scale: object
+    coef: list | None
+
+
+def plan(optimizer, rule, active, grads, lr, hyperparams, *, scale=1, coef=None):
+    """Everything ``commit`` needs, checked and allocated; nothing of ``optimizer`` written.
+
+    ``grads[k]`` is the gradient of ``optimizer.params[active[k]]``; ``coef`` is None or
+    one 0-d array per active parameter, already in its dtype."""
+    writes, in_place = [], []
+    for k, (i, g) in enumerate(zip(active, grads)):
+        p, state = optimizer.params[i].data, optimizer.state[i]
+        arrays = [g, p, *_arrays(state)]
+        lib = library(*arrays)
+        if lib is None:
+            if scale != 1:
+                g = g / scale
+            if coef is not None:
+                g = g * coef[k]
+            (data,), new = rule.apply((g,), state, (p,), lr=lr, **hyperparams)
+            writes.append((i, None, data, new))
+        else:
+            first = getattr(state, "mu", ()) is None
+            writes.append((i, lib, g, (rule.reserve(lib, state, p, **hyperparams), first)))
+            in_place.append((lib, p))
+    optimizer.workspace.reserve(in_place)
+    return Plan(rule, writes, lr, hyperparams, scale, coef)
+
+
+def commit(optimizer, ready):
+    """Write ``ready`` (a ``Plan``) into the parameters and state: in place, Ctrl-C held
+    until the last write, nothing allocated on the fast path."""
+    with interrupts.deferred():
+        write(optimizer, ready)
+
+
+def write(optimizer, ready):
+    """``commit``'s writes, for a caller that holds ``interrupts.deferred()`` itself (an
+    accumulator commits the schedule and its counters in the same block)."""
+    rule, h, scale, coef = ready.rule, ready.hyperparams, ready.scale, ready.coef
+    for k, (i, lib, g, state) in enumerate(ready.writes):
+        param = optimizer.params[i]
+        if lib is None:
+            param.data, optimizer.state[i] = g, state
+            continue
+        p = param.data
+        state, first = state
+        tmp, den = optimizer.workspace.views(lib, p)
+        if scale != 1:
+            lib.divide(g, scale, out=den)
+            g = den
+        if coef is not None:
+            lib.multiply(g, coef[k], out=den)
+            g = den
+        optimizer.state[i] = rule.write(lib, g, p, state, tmp, den, first=first,
+                                        lr=ready.lr, **h)
+    optimizer.step_count += 1
+
+
+def _arrays(state):
+    """The arrays of one parameter's state record (moments, a momentum buffer)."""
+    out = []
+    for value in state:
+        if isinstance(value, tuple):
+            out.extend(value)
+    return out
