@@ -238,8 +238,11 @@ def cpu_model():
 
 def environment():
     """What CPU timings depend on: versions, BLAS (library, version, kernel, threads),
-    CPU, core count, OPENBLAS_CORETYPE, the load before the run. No host name."""
+    CPU, core count, OPENBLAS_CORETYPE, the load before the run, the commit measured. No
+    host name."""
     from threadpoolctl import threadpool_info
+
+    from provenance import commit
 
     try:
         cores = len(os.sched_getaffinity(0))
@@ -261,7 +264,7 @@ def environment():
                                                   "architecture", "num_threads")}
                         | {"library": os.path.basename(pool["filepath"])}
                         for pool in threadpool_info()],
-    }
+    } | commit()
 
 
 def blas_line(env):

@@ -7,12 +7,14 @@ What is measured is everything the step holds at its peak, from the moment its
 implementation exists: the parameters, Adam's state, the gradients, the activations and any
 buffers, minus the shared input data. The hand-written step allocates all of that once and
 then works in place, so it is the floor; minigrad makes fresh arrays and frees them (the
-reverse walk releases each node's arrays as soon as its backward has run). Each is measured in
-its own process, on the second step (the first one warms caches), beside minigrad's
-theoretical peak (``minigrad.analysis.memory.theoretical_peak``) of one update.
+reverse walk releases each node's arrays as soon as its backward has run; the update
+validates, then writes the parameters and Adam's moments in place through a workspace of two
+arrays). Each is measured in its own process, on the second step (the first one warms caches),
+beside minigrad's theoretical peak (``minigrad.analysis.memory.theoretical_peak``) of one
+update. On the CPU it also counts the page faults per step (``faults.py``).
 
     python benchmarks/memory.py [--shape large] [--dtype float32] [--counts 1,2,4,8,16]
-        [--device cpu|gpu] [--json FILE] [--docs PAGE [--gpu-results FILE]]
+        [--fault-steps 12] [--device cpu|gpu] [--json FILE] [--docs PAGE [--gpu-results FILE]]
     python benchmarks/memory.py --from-json FILE [--gpu-results FILE] --docs PAGE
 
 On the GPU the same quantity is counted by the allocators: CuPy's memory pool through a
@@ -23,8 +25,8 @@ runs one step of a throwaway copy, so that what a library creates once and keeps
 workspace, which PyTorch takes from its allocator and CuPy does not) counts for none of
 them, as BLAS workspace counts for none on the CPU.
 
-Targets (issue 10): on the CPU, minigrad's peak <= 1.3x the hand-written step's at every
-count; on the GPU, minigrad on CuPy's peak <= 1.3x PyTorch CUDA's at every count.
+The page and the targets (issue 34: minigrad's peak <= 1.10x the hand-written step's on the
+CPU, <= 1.10x PyTorch CUDA's on the GPU, at every count) are ``memory_page.py``'s.
 """
 
 import argparse
@@ -36,11 +38,12 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import faults
+import memory_page
+
 HERE = Path(__file__).resolve().parent
-TARGET = 1.3
-# Per device: the implementations measured, the subject, and the one the target divides by.
-DEVICES = {"cpu": (("numpy", "minigrad"), "minigrad", "numpy"),
-           "gpu": (("cupy", "torch-cuda", "minigrad-cupy"), "minigrad-cupy", "torch-cuda")}
+# Per device: the implementations measured, each in a process of its own.
+IMPLS = {"cpu": ("numpy", "minigrad"), "gpu": ("cupy", "torch-cuda", "minigrad-cupy")}
 
 
 def build(impl, problem, count):
@@ -76,7 +79,7 @@ def measure(impl, shape_name, dtype, count):
     micro = None if count == 1 else base.batch // count
     shape = dataclasses.replace(base, micro_batch=micro)
     problem = make_problem(shape, dtype)
-    if impl in DEVICES["gpu"][0]:
+    if impl in IMPLS["gpu"]:
         step, peak = _gpu_peak(impl, problem, count)
     else:
         tracemalloc.start()
@@ -91,7 +94,9 @@ def measure(impl, shape_name, dtype, count):
     if impl.startswith("minigrad"):
         model = step.model
         held = sum(p.data.nbytes for p in model.parameters())
-        out["held_before"] = 3 * held  # parameters and Adam's two moments
+        workspace = sum(b.nbytes for pair in step.opt.workspace.buffers.values() for b in pair)
+        # parameters, Adam's two moments and the update's workspace, made by the first step
+        out["held_before"] = 3 * held + workspace
         out["theory"] = out["held_before"] + theoretical_peak(
             model, nn.CrossEntropyLoss(), step.opt, problem.x, [base.batch // count] * count)
     return out
@@ -157,7 +162,10 @@ def main(argv=None):
     parser.add_argument("--shape", default="large")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--counts", default="1,2,4,8,16")
-    parser.add_argument("--device", choices=sorted(DEVICES), default="cpu",
+    parser.add_argument("--fault-steps", type=int, default=faults.STEPS,
+                        help="on the CPU: the steps whose page faults are counted, after one "
+                             f"warm-up step (default: {faults.STEPS})")
+    parser.add_argument("--device", choices=sorted(IMPLS), default="cpu",
                         help="cpu: NumPy through tracemalloc; gpu: CuPy and PyTorch CUDA "
                              "through their allocators")
     parser.add_argument("--json", type=Path)
@@ -172,14 +180,16 @@ def main(argv=None):
         print(json.dumps(measure(args.one[0], args.shape, args.dtype, int(args.one[1]))))
         return 0
     data = json.loads(args.from_json.read_text()) if args.from_json else run(args)
-    title, table, target = summary(data)
+    title, table, target = memory_page.summary(data)
     print(f"{title}\n{table}\n\n{target}")
+    if "faults" in data:
+        print(f"\n{faults.table(data['faults'])}\n\n{faults.target_line(data['faults'])}")
     if args.json and not args.from_json:
         args.json.write_text(json.dumps(data, indent=1))
     if args.docs:
         gpu = (json.loads(args.gpu_results.read_text()), args.gpu_results) \
             if args.gpu_results else None
-        args.docs.write_text(page(data, gpu))
+        args.docs.write_text(memory_page.page(data, gpu))
     return 0
 
 
@@ -195,7 +205,7 @@ def run(args):
     rows = []
     for count in [int(c) for c in args.counts.split(",")]:
         row = {"count": count}
-        for impl in DEVICES[args.device][0]:
+        for impl in IMPLS[args.device]:
             done = subprocess.run([sys.executable, __file__, "--shape", args.shape, "--dtype",
                                    args.dtype, "--one", impl, str(count)], cwd=HERE,
                                   capture_output=True, text=True)
@@ -206,120 +216,9 @@ def run(args):
                   file=sys.stderr, flush=True)
         rows.append(row)
     data["rows"] = rows
+    if args.device == "cpu":
+        data["faults"] = faults.run(args.dtype, args.fault_steps)
     return data
-
-
-def summary(data):
-    """``(title, table, target line)`` of a run's record."""
-    device = data.get("device", "cpu")
-    _, subject, reference = DEVICES[device]
-    rows = data["rows"]
-    worst = max(row[subject]["peak"] / row[reference]["peak"] for row in rows)
-    verdict = "met" if worst <= TARGET else "NOT met"
-    if device == "cpu":
-        target = (f"target: minigrad <= {TARGET}x the hand-written step at every count: "
-                  f"worst {worst:.2f}x, {verdict}")
-        how = "tracemalloc"
-    else:
-        target = (f"target: minigrad on CuPy <= {TARGET}x PyTorch CUDA at every count: "
-                  f"worst {worst:.2f}x, {verdict}")
-        how = "GPU allocators"
-    title = (f"peak memory of one Adam step, {data['shape'].upper()} {data['dtype']} ({how}, "
-             "MiB)")
-    table = _table(rows) if device == "cpu" else _gpu_table(rows)
-    return title, table, target
-
-
-def _table(rows):
-    mib = 2.0**20
-    lines = ["| micro-batches | hand-written NumPy (MiB) | minigrad (MiB) | minigrad / hand "
-             "| minigrad's theory (MiB) | measured / theory |", "|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        hand, mg = row["numpy"]["peak"], row["minigrad"]["peak"]
-        theory = row["minigrad"]["theory"]
-        lines.append(f"| {row['count']} | {hand / mib:.1f} | {mg / mib:.1f} | {mg / hand:.2f}x "
-                     f"| {theory / mib:.1f} | {mg / theory:.3f} |")
-    return "\n".join(lines)
-
-
-def _gpu_table(rows):
-    mib = 2.0**20
-    lines = ["| micro-batches | hand-written CuPy (MiB) | PyTorch CUDA (MiB) | minigrad on CuPy "
-             "(MiB) | minigrad / PyTorch | minigrad / hand | minigrad's theory (MiB) | "
-             "measured / theory |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        hand, torch, mg = (row[name]["peak"] for name in DEVICES["gpu"][0])
-        theory = row["minigrad-cupy"]["theory"]
-        lines.append(f"| {row['count']} | {hand / mib:.1f} | {torch / mib:.1f} | "
-                     f"{mg / mib:.1f} | {mg / torch:.2f}x | {mg / hand:.2f}x | "
-                     f"{theory / mib:.1f} | {mg / theory:.3f} |")
-    return "\n".join(lines)
-
-
-def page(data, gpu=None):
-    """The Markdown page of a CPU run, with a GPU run's section when given (``gpu``: its
-    --json record and the file it is saved in)."""
-    from common import SHAPES, blas_line
-
-    env = data["environment"]
-    shape = SHAPES[data["shape"]]
-    model = "MLP " + "-".join(map(str, shape.sizes))
-    counts = ", ".join(str(row["count"]) for row in data["rows"])
-    _, table, target = summary(data)
-    text = f"""# Memory benchmark
-
-Generated by `python benchmarks/memory.py --docs docs/benchmarks-memory.md` (part of
-`make bench`) on {env["date"]}: {env["cpu"]}, {env["cores"]} cores, NumPy {env["numpy"]},
-{blas_line(env)}.
-
-The peak bytes held during one Adam step of the {data["shape"].upper()} shape ({model}, a
-global batch of {shape.batch}, {data["dtype"]}) split into {counts} micro-batches, as `tracemalloc`
-sees them: parameters, Adam's moments, gradients,
-activations and temporaries, not the shared input data. The hand-written NumPy step
-allocates all its buffers once and works in place, so it is the floor; minigrad makes fresh
-arrays and its reverse walk frees each node's arrays once its backward has run. Each number
-is measured in a process of its own, on the second step. The theory is
-`minigrad.analysis.memory.theoretical_peak` plus the parameters and Adam's moments.
-
-{table}
-
-{target}.
-"""
-    return text if gpu is None else text + "\n" + _gpu_section(*gpu)
-
-
-def _gpu_section(data, path):
-    import shlex
-
-    from common import SHAPES, gpu_line
-
-    command = shlex.split(data["command"])
-    if "--json" in command:  # the file it wrote on the GPU machine is the one saved here
-        command[command.index("--json") + 1] = str(path)
-    shape = SHAPES[data["shape"]]
-    counts = ", ".join(str(row["count"]) for row in data["rows"])
-    _, table, target = summary(data)
-    return f"""## On a GPU
-
-Measured with `{shlex.join(command)}` (`make bench-gpu`; `make bench` and
-`make bench-pages` render its record, `{path}`, here) on {data["environment"]["date"]}:
-{gpu_line(data["gpu"])}.
-
-The same step ({data["shape"].upper()}, {data["dtype"]}, {counts} micro-batches; {shape.batch}
-samples in all) on the GPU, as its allocators count it: CuPy's memory pool through a memory
-hook (blocks handed out less blocks given back; blocks the pool caches do not count) and
-PyTorch's `torch.cuda.max_memory_allocated`, both in 512-byte blocks, less the device copy
-of the input data. Before measuring, each process runs one step of a throwaway copy, so
-that what a library creates once and keeps (cuBLAS's workspace, which PyTorch takes from its
-allocator) counts for none of them. PyTorch runs its default CUDA code path: `torch.optim.Adam`
-with `foreach` and, with micro-batches, `(loss sum / N).backward()` per micro-batch. The
-theory counts Adam's NumPy path (m, v, one temporary and the denominator); on CuPy minigrad's
-Adam takes the plain path, which holds one more array of a parameter's size at its peak.
-
-{table}
-
-{target}.
-"""
 
 
 if __name__ == "__main__":

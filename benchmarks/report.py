@@ -1,4 +1,5 @@
-"""Tables, speed targets, the plot and the docs page, all from one run's results.
+"""Tables, the plot and the docs page, all from one run's results (the speed targets' verdicts
+are ``targets.py``'s).
 
 ``results[shape][dtype][name]`` holds ``{"rounds_ms": [...], "inner": k, "median_ms": t,
 "device": "cpu" | "gpu"}`` for each implementation and GEMM floor that was timed.
@@ -8,34 +9,14 @@ import os
 import shlex
 
 from common import SHAPES, blas_line, gpu_line
+from provenance import code_line, earlier_update, earlier_update_note
+from targets import judge
 
 # Per device: the hand-written step, PyTorch eager and the GEMM floor (ratios divide by these).
 BASELINES = {
     "cpu": {"hand": "numpy", "torch": "torch", "gemm": "gemm"},
     "gpu": {"hand": "cupy", "torch": "torch-cuda", "gemm": ("gemm-cupy", "gemm-torch-cuda")},
 }
-
-# The speed targets of issue 10, float32: (label, (shape, name), (shape, name), limit,
-# strict). Met when time(first) / time(second) <= limit (< limit when strict).
-TARGETS = [
-    ("CPU LARGE: minigrad <= 1.10x hand-written NumPy", ("large", "minigrad"),
-     ("large", "numpy"), 1.10, False),
-    ("CPU LARGE: minigrad <= 1.0x PyTorch eager", ("large", "minigrad"), ("large", "torch"),
-     1.0, False),
-    ("CPU SMALL: minigrad <= 1.5x hand-written NumPy", ("small", "minigrad"),
-     ("small", "numpy"), 1.5, False),
-    ("CPU SMALL: minigrad faster than PyTorch eager", ("small", "minigrad"),
-     ("small", "torch"), 1.0, True),
-    ("CPU SMALL: minigrad faster than HIPS autograd", ("small", "minigrad"),
-     ("small", "autograd"), 1.0, True),
-    ("ACCUM 8x512 <= 1.10x one LARGE step (minigrad)", ("accum", "minigrad"),
-     ("large", "minigrad"), 1.10, False),
-    ("GPU XL: minigrad on CuPy <= 1.10x PyTorch CUDA eager", ("xl", "minigrad-cupy"),
-     ("xl", "torch-cuda"), 1.10, False),
-    ("GPU LARGE: minigrad on CuPy <= 2x PyTorch CUDA eager", ("large", "minigrad-cupy"),
-     ("large", "torch-cuda"), 2.0, False),
-]
-
 
 def baseline(timed, device, role):
     names = BASELINES[device][role]
@@ -67,27 +48,6 @@ def summary(results):
 
 def by_dtype_of(results, shape, dtype):
     return results.get(shape, {}).get(dtype, {})
-
-
-def targets(results):
-    """Each float32 target with its measured ratio and verdict; GPU targets only when a
-    GPU implementation ran."""
-    gpu_ran = any(t["device"] == "gpu" for by_dtype in results.values()
-                  for timed in by_dtype.values() for t in timed.values())
-    out = []
-    for label, (s1, n1), (s2, n2), limit, strict in TARGETS:
-        if label.startswith("GPU") and not gpu_ran:
-            continue
-        a = by_dtype_of(results, s1, "float32").get(n1)
-        b = by_dtype_of(results, s2, "float32").get(n2)
-        if a is None or b is None:
-            out.append({"target": label, "ratio": None, "verdict": "not measured"})
-            continue
-        ratio = a["median_ms"] / b["median_ms"]
-        met = ratio < limit if strict else ratio <= limit
-        out.append({"target": label, "ratio": ratio, "limit": limit,
-                    "verdict": "met" if met else "NOT met"})
-    return out
 
 
 def _ratio(x):
@@ -128,9 +88,10 @@ def accum_table(rows):
 
 
 def targets_table(found):
-    lines = ["| target (float32) | measured ratio | verdict |", "|---|---:|---|"]
+    lines = ["| target (float32) | issue | measured ratio | verdict |", "|---|---:|---:|---|"]
     for t in found:
-        lines.append(f"| {t['target']} | {_ratio(t['ratio'])} | {t['verdict']} |")
+        lines.append(f"| {t['target']} | {t['issue']} | {_ratio(t['ratio'])} | "
+                     f"{t['verdict']} |")
     return "\n".join(lines)
 
 
@@ -247,7 +208,8 @@ def docs_page(rows, found, checks, others, env, settings, image, gpu=None):
         "```",
         "",
     ]
-    parts += run_sections(rows, found, checks, others, env, settings, image, level=2)
+    parts += run_sections(rows, found, checks, others, env, settings, image, level=2,
+                          remeasure="make bench")
     if gpu is not None:
         parts += gpu_section(*gpu)
     return "\n".join(parts)
@@ -255,12 +217,14 @@ def docs_page(rows, found, checks, others, env, settings, image, gpu=None):
 
 def gpu_section(record, path, image):
     """The page's section for a GPU run (``record``: its --json, saved at ``path``): the
-    same tables one heading level down, and only the GPU targets."""
-    settings = record["settings"]
+    same tables one heading level down, and only the GPU targets, judged here (the record's
+    own verdicts are those of the targets of its day)."""
+    settings, env = record["settings"], record["environment"]
     command = shlex.split(settings["command"])
     if "--json" in command:  # the file it wrote on the GPU machine is the one saved here
         command[command.index("--json") + 1] = path
-    found = [t for t in record["targets"] if t["target"].startswith("GPU")]
+    found = [t for t in judge(record["results"], judged=not earlier_update(env))
+             if t["target"].startswith("GPU")]
     parts = [
         "## On a GPU",
         "",
@@ -281,20 +245,23 @@ def gpu_section(record, path, image):
         "",
     ]
     parts += run_sections(record["summary"], found, record["checks"], record["interference"],
-                          record["environment"], settings, image, level=3)
+                          env, settings, image, level=3, remeasure="make bench-gpu")
     return parts
 
 
-def run_sections(rows, found, checks, others, env, settings, image, level):
-    """A run's machine, agreement, times and targets, under headings of ``level``."""
+def run_sections(rows, found, checks, others, env, settings, image, level, remeasure):
+    """A run's machine, agreement, times and targets, under headings of ``level``; a record
+    of the earlier update says so first (``remeasure``: the make target that measures the
+    new one)."""
     h2, h3 = "#" * level, "#" * (level + 1)
     dtypes = sorted({r["dtype"] for r in rows})
     gpu = settings.get("gpu")
     gpu_text = gpu_line(env["gpu"]) if env.get("gpu") else gpu or "none"
-    parts = [
+    parts = [earlier_update_note(env, remeasure), ""] if earlier_update(env) else []
+    parts += [
         f"{h2} Machine",
         "",
-        f"- date: {env['date']}",
+        f"- date: {env['date']}" + (f" ({code_line(env)})" if code_line(env) else ""),
         f"- CPU: {env['cpu']} ({env['cores']} cores available, {env['machine']}, "
         f"{env['system']})",
         f"- BLAS: {blas_line(env)}; OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE'] or 'unset'}",

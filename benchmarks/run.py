@@ -33,6 +33,7 @@ import numpy as np
 import check
 import report
 import steps
+import targets
 from common import (
     SHAPES,
     IdleGate,
@@ -43,6 +44,7 @@ from common import (
     median_ms,
     spread,
 )
+from provenance import earlier_update
 from steps.hand import HandWritten
 
 ROUNDS = {"small": 30, "large": 10, "accum": 10, "xl": 10}
@@ -267,7 +269,7 @@ def main(argv=None):
             others.setdefault(name, {})[dtype] = busy
             gc.collect()
     rows = report.summary(results)
-    found = report.targets(results)
+    found = targets.judge(results)
     for dtype in args.dtypes:
         print(f"\n{dtype}\n{report.timing_table(rows, dtype)}")
     accum = report.accum_table(rows)
@@ -289,7 +291,8 @@ def main(argv=None):
 def write(args, env, settings, checks, results, others):
     """The plot and the docs page that ``args`` ask for, from one run's results (and, with
     --gpu-results, a GPU run's record)."""
-    rows, found = report.summary(results), report.targets(results)
+    rows = report.summary(results)
+    found = targets.judge(results, judged=not earlier_update(env))
     if args.plot:
         report.plot(results, args.plot, env, settings)
     if args.docs:

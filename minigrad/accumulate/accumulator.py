@@ -231,7 +231,7 @@ class Accumulator:
             return self.refuse(NO_ITEMS)
         finite, loss_sum = self.decide() if decided is None else decided
         if not finite:
-            return self.refuse(nonfinite(loss_sum))
+            return self.refuse_nonfinite(loss_sum)
         next_lr = self.scheduler.next_lr() if self.scheduler is not None else None
         scale = self.scale()
         coef = None
@@ -306,6 +306,10 @@ class Accumulator:
         for p in self.params:
             p.grad = None
         self.window = Window()
+
+    def refuse_nonfinite(self, loss_sum):
+        """``refuse`` a window that ``decide`` found not finite, saying which part was."""
+        return self.refuse(nonfinite(loss_sum))
 
     def refuse(self, reason):
         """A non-finite value: raise ``FloatingPointError`` (``on_nonfinite="raise"``) or

@@ -48,6 +48,7 @@ included) and the scale is updated once per window.
 
 from minigrad import nn
 from minigrad.accumulate.guard import all_finite
+from minigrad.accumulate.micro import items_of
 from minigrad.engine import Tensor, backend, validate
 from minigrad.engine.tensor import primitive
 from minigrad.nn.layers import run_layers
@@ -150,7 +151,7 @@ class Precision:
 
     def run(self, acc, micro_batches, reduction):
         dtype, masters = self.compute_dtype, [p.data for p in acc.params]
-        items = sum(acc.loss.num_items(mb.y) for mb in micro_batches)
+        items = sum(items_of(acc, mb) for mb in micro_batches)
         total = sum(reduction.gather("precision: items of the window", items))
         if total == 0:
             return acc.refuse("the window holds no items (every target is ignore_index)")
@@ -209,7 +210,7 @@ class Precision:
         if not all_finite([loss_sum.data]):
             return acc.refuse(f"loss of a micro-batch is {value}")
         (self.scaler.scale(loss_sum) if self.scaler is not None else loss_sum).backward()
-        acc.record(acc.loss.num_items(mb.y), mb.x.shape[0], value)
+        acc.record(items_of(acc, mb), mb.x.shape[0], value)
         return value
 
 

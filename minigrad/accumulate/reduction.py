@@ -21,7 +21,6 @@ A collective call that learns that another process dropped its window raises
 ``WindowSkipped``; the driver then restores everything and reports a skipped update.
 """
 
-from minigrad.accumulate.guard import nonfinite
 from minigrad.engine import interrupts
 
 
@@ -66,7 +65,7 @@ class Gradients(OneProcess):
     def update(self, acc):
         finite, loss_sum = acc.decide()  # the window's one read
         if not finite:
-            return acc.refuse(nonfinite(loss_sum))
+            return acc.refuse_nonfinite(loss_sum)
         grads = acc.gradients()
         mean_loss = loss_sum / acc.pending_items if acc.pending_items else float("nan")
         with interrupts.deferred():  # this window's commit: all of it, Ctrl-C after it

@@ -205,7 +205,7 @@ def test_array_dispatch_strict_is_bitwise_and_torch_within_the_bound():
 def test_memory_shrinks_with_the_micro_batch_and_the_planner_fits():
     outputs = run_page("memory")
     rows = table(outputs[0])
-    # The theory falls with the micro-batch until the update's floor, then stays; the
+    # The theory falls with the micro-batch until the floor (two sets of gradients); the
     # measured peak lies above it by what the theory neglects (the step's Python objects,
     # memory.PYTHON_OBJECTS, the batch's int64 indices and targets, boolean masks), within
     # the 15% of memory.py's own tests, so near the floor two measured peaks may swap.
