@@ -1,5 +1,7 @@
-"""Minor page faults per training step: minigrad against the step written by hand in NumPy,
-each in a process of its own (``memory.py`` runs it and puts its table on the memory page).
+"""Minor page faults per training step: minigrad against the step written by hand in NumPy.
+
+Each is counted in a process of its own; ``memory.py`` runs this and puts its table on the
+memory page.
 
 A minor fault is the kernel mapping a page that the process touches for the first time. A
 step that makes its arrays afresh pays one for every page the allocator has to get from the

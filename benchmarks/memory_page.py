@@ -55,8 +55,7 @@ def _gpu_table(rows):
              "(MiB) | minigrad / PyTorch | minigrad / hand | minigrad's theory (MiB) | "
              "measured / theory |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
-        hand, torch, mg = (row[name]["peak"] for name in ("cupy", "torch-cuda",
-                                                                 "minigrad-cupy"))
+        hand, torch, mg = (row[name]["peak"] for name in ("cupy", "torch-cuda", "minigrad-cupy"))
         theory = row["minigrad-cupy"]["theory"]
         lines.append(f"| {row['count']} | {hand / mib:.1f} | {torch / mib:.1f} | "
                      f"{mg / mib:.1f} | {mg / torch:.2f}x | {mg / hand:.2f}x | "
