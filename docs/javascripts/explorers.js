@@ -402,8 +402,9 @@
     var total = sum(grads);
     var largest = Math.max.apply(null, params);
     // the update, in place: the sums, the workspace (t arrays of the largest parameter's
-    // size) and the state its first update makes (r arrays of each parameter's size)
-    var peak = total + opt.t * largest + opt.r * total;
+    // size, at most f.chunk values) and the state its first update makes (r arrays of each
+    // parameter's size)
+    var peak = total + opt.t * Math.min(largest, s * f.chunk) + opt.r * total;
     var seen = {};
     sizes.forEach(function (n, j) {
       var later = j > 0;

@@ -9,6 +9,7 @@ from minigrad.accumulate import accumulated_gradients, split_sizes
 from minigrad.analysis import bounds, memory_theory, metrics
 from minigrad.analysis.explorer_controls import control, key, positive_ints
 from minigrad.engine import backend, validate
+from minigrad.optim import in_place
 
 
 # ----- floating point: the gap and its bound in units in the last place ---------------------
@@ -117,4 +118,4 @@ def memory_explorer(sizes="784,256,256,10", batch_sizes=(64, 128, 256, 512, 1024
     return {"controls": controls, "formula": {
         "itemsize": {d: np.dtype(d).itemsize for d in ("float32", "float64")},
         "head": {name: memory_theory.HEAD_ARRAYS[cls] for name, (_, cls) in MEMORY_LOSSES.items()},
-        "optimizers": kinds}}
+        "chunk": in_place.CHUNK, "optimizers": kinds}}

@@ -12,14 +12,13 @@ import numpy as np
 from minigrad import nn, optim
 from minigrad.accumulate import as_loss
 from minigrad.accumulate.split import check_sizes
+from minigrad.optim import in_place
 
-# Arrays of one parameter's size alive at once while the optimizer updates it (t), and
-# those that stay (r: the new parameter and state), in the order minigrad.optim evaluates:
-# SGD lr*g, p - lr*g; momentum mu*b, (1-tau)*g, b, then lr*b and the new p beside b;
-# Nesterov also g + mu*b; Adam (its NumPy and CuPy path) m, v, one temporary and the
-# denominator, which becomes the new p.
-WORKSPACE_ARRAYS = 2  # an optimizer's in-place update: two scratch arrays of its largest
-# parameter's size (minigrad.optim.in_place.Workspace), made by its first update
+# An optimizer's in-place update: two scratch arrays (minigrad.optim.in_place.Workspace) of
+# its largest parameter's size, at most in_place.CHUNK values on NumPy; made by its first
+# update and kept.
+WORKSPACE_ARRAYS = 2
+
 # Arrays of n x C alive at once in the loss's backward, beside the hidden layers':
 # cross-entropy (one fused node) keeps the logits and their shifted copy while its backward
 # makes p * s, p * s - s and the gradient (the one-hot mask is boolean); MSE keeps the
@@ -52,8 +51,9 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
       sums and the walk's gradients, while ``.grad + g`` is made parameter by parameter
       (each new sum replaces its addend; all are written at once, Ctrl-C held).
     * The update (validate, then commit in place): the sums P, the workspace of
-      ``WORKSPACE_ARRAYS`` arrays of q bytes if the optimizer has none yet (its first
-      update), and SGD's momentum buffers, P, on its first update with momentum. Nothing
+      ``WORKSPACE_ARRAYS`` arrays of min(q, s ``in_place.CHUNK``) bytes if the optimizer has
+      none yet (its first update; NumPy takes a parameter in slices of at most ``CHUNK``
+      values), and SGD's momentum buffers, P, on its first update with momentum. Nothing
       else is allocated: parameters and moments are written in place, the division by the
       items and the weight decay happen in the workspace.
 
@@ -157,8 +157,9 @@ def _update_peak(optimizer, total):
     by_dtype = {}
     for p in optimizer.params:
         key = str(p.data.dtype)
-        by_dtype[key] = max(by_dtype.get(key, 0), p.data.nbytes)
-    held = {key[2]: bufs[0].nbytes for key, bufs in optimizer.workspace.buffers.items()}
+        size = min(p.data.size, in_place.CHUNK)  # NumPy: slices of at most CHUNK values
+        by_dtype[key] = max(by_dtype.get(key, 0), size * p.data.itemsize)
+    held = {str(key[2]): bufs[0].nbytes for key, bufs in optimizer.workspace.buffers.items()}
     workspace = sum(WORKSPACE_ARRAYS * q for key, q in by_dtype.items() if held.get(key, 0) < q)
     momentum = 0
     if isinstance(optimizer, optim.SGD) and optimizer.hyperparams["momentum"] != 0:

@@ -123,16 +123,26 @@ def reserve(lib, state, p, **_):
     return state
 
 
-def write(lib, g, p, state, tmp, den, *, first, lr, betas, eps, weight_decay):
-    """One update of one parameter IN PLACE, for an optimizer's commit: ``p`` and the
-    moments m, v of ``state`` are overwritten with p_t, m_t and v_t; returns the new state
-    record. ``tmp`` and ``den`` are workspace arrays of ``p``'s shape, and ``g`` may be
-    ``den`` itself (it is read before ``den`` is written). The operations, operands and
-    order are those of ``_one`` (so the same bits as ``update``); nothing is allocated
-    (NumPy or CuPy, ``lib``)."""
+def moments(state):
+    """The arrays an in-place update writes besides the parameter: (m, v)."""
+    return state.mu[0], state.nu[0]
+
+
+def advanced(state):
+    """The state record after an in-place update (its arrays were written): t + 1."""
+    return state._replace(count=state.count + 1)
+
+
+def write(lib, g, p, moments, tmp, den, *, count, first, lr, betas, eps, weight_decay):
+    """One update of (a slice of) one parameter IN PLACE, for an optimizer's commit: ``p``
+    and the moments ``(m, v)`` are overwritten with p_t, m_t and v_t at t = ``count + 1``.
+    ``tmp`` and ``den`` are workspace arrays of ``p``'s shape, and ``g`` may be ``den``
+    itself (it is read before ``den`` is written). The operations, operands and order are
+    those of ``_one``, elementwise, so the same bits as ``update`` for the whole array or any
+    slice of it; nothing is allocated (NumPy or CuPy, ``lib``)."""
     b1, b2 = betas
-    m, v = state.mu[0], state.nu[0]
-    t = state.count + 1
+    m, v = moments
+    t = count + 1
     step_size = lr / (1 - b1**t)
     bias_correction2_sqrt = (1 - b2**t) ** 0.5
     if weight_decay != 0:
@@ -152,7 +162,6 @@ def write(lib, g, p, state, tmp, den, *, first, lr, betas, eps, weight_decay):
     lib.multiply(m, step_size, out=tmp)         # s_t * m_t
     tmp /= den                                  #   ... / d_t
     p -= tmp                                    # p_t
-    return state._replace(count=t)
 
 
 def _in_place_library(g, m, v, p):

@@ -39,12 +39,12 @@ def apply(grads, state, params, *, lr, betas, eps, weight_decay):
     return adam.apply(grads, state, params, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
 
 
-reserve = adam.reserve
+reserve, moments, advanced = adam.reserve, adam.moments, adam.advanced
 
 
-def write(lib, g, p, state, tmp, den, *, first, lr, betas, eps, weight_decay):
+def write(lib, g, p, moments, tmp, den, *, count, first, lr, betas, eps, weight_decay):
     """``adam.write`` after the decoupled decay, in place: p <- p * (1 - lr * lambda)."""
     if weight_decay != 0:
         p *= 1.0 - lr * weight_decay
-    return adam.write(lib, g, p, state, tmp, den, first=first, lr=lr, betas=betas, eps=eps,
-                      weight_decay=0.0)
+    adam.write(lib, g, p, moments, tmp, den, count=count, first=first, lr=lr, betas=betas,
+               eps=eps, weight_decay=0.0)

@@ -5,11 +5,12 @@ in-place update needs, such as SGD's first momentum buffer) and writes nothing; 
 then writes the parameters and the optimizer state IN PLACE, inside
 ``minigrad.engine.interrupts.deferred()``, where nothing can fail and nothing is allocated:
 
-* NumPy and CuPy arrays (with at least one axis, writable) are updated by each rule's
-  ``write``: the rule's own kernels in its own order, with ``out=``, into the parameter,
-  its moments and a ``Workspace`` of two scratch arrays as long as the largest parameter,
-  allocated once per parameter set and reused. The results have the bits of the pure
-  ``update`` (tests/optim check ``==``).
+* NumPy and CuPy arrays (with at least one axis, writable; NumPy's in C order) are updated
+  by each rule's ``write``: the rule's own kernels in its own order, with ``out=``, into
+  the parameter, its moments and a ``Workspace`` of two scratch arrays (on NumPy at most
+  ``CHUNK`` values long, the parameter taken in slices; on CuPy as long as the largest
+  parameter), allocated once per parameter set and reused. The results have the bits of
+  the pure ``update`` (tests/optim check ``==``).
 * Any other array (array-api-strict, PyTorch tensors, exact ``Fraction`` object arrays,
   0-d arrays) has no ``out=``: ``plan`` computes the new arrays with the pure ``apply`` and
   ``commit`` only swaps references.
@@ -29,6 +30,12 @@ import numpy as np
 
 from minigrad.engine import backend, interrupts
 
+CHUNK = 2**17
+"""NumPy updates a parameter in slices of at most this many values (512 KiB in float32):
+the rule's dozen elementwise passes then run over data that stays in the processor's caches,
+and the workspace is two arrays of this size however large the model. Elementwise, so the
+same bits. CuPy updates whole parameters (each slice would cost a dozen kernel launches)."""
+
 
 def library(*arrays):
     """``numpy`` or ``cupy`` when every array is a writable, non-object array of that
@@ -36,8 +43,9 @@ def library(*arrays):
     kind = type(arrays[0])
     if not all(type(a) is kind and a.ndim for a in arrays):
         return None
-    if kind is np.ndarray:
-        ok = all(a.flags.writeable and a.dtype != object for a in arrays)
+    if kind is np.ndarray:  # C order, so that a slice of the flat array is a view
+        ok = all(a.flags.writeable and a.flags.c_contiguous and a.dtype != object
+                 for a in arrays)
         return np if ok else None
     if kind.__module__.startswith("cupy") and kind.__name__ == "ndarray":
         return sys.modules["cupy"]  # imported already: its arrays exist
@@ -47,28 +55,43 @@ def library(*arrays):
 class Workspace:
     """Two flat scratch arrays per (library, device, dtype), each as long as the largest
     parameter that uses them: allocated on the first update (or when a larger parameter
-    appears) and reused by every later one."""
+    appears) and reused by every later one. The views of each parameter's shape are kept
+    too, so an update makes no array objects at all."""
 
     def __init__(self):
-        self.buffers = {}
+        self.buffers = {}  # (library, device, dtype) -> (tmp, den), flat
+        self._views = {}  # (library, device, dtype, shape) -> (tmp, den) of that shape
 
     def reserve(self, arrays):
         """Make room for every array of ``arrays`` (``(lib, p)`` pairs); may allocate."""
         need = {}
         for lib, p in arrays:
-            key = (lib.__name__, str(backend.device(p)), str(p.dtype))
+            key = _key(lib, p)
             size, _ = need.get(key, (0, None))
-            need[key] = (max(size, p.size), (lib, p))
-        for key, (size, (lib, p)) in need.items():
+            need[key] = (max(size, min(p.size, CHUNK) if lib is np else p.size), p)
+        for key, (size, p) in need.items():
             held = self.buffers.get(key)
             if held is None or held[0].size < size:
+                lib = key[0]
                 self.buffers[key] = (lib.empty(size, dtype=p.dtype),
                                      lib.empty(size, dtype=p.dtype))
+                self._views = {k: v for k, v in self._views.items() if k[:3] != key}
 
     def views(self, lib, p):
-        """The two scratch arrays shaped as ``p`` (views: nothing is allocated)."""
-        tmp, den = self.buffers[(lib.__name__, str(backend.device(p)), str(p.dtype))]
-        return tmp[:p.size].reshape(p.shape), den[:p.size].reshape(p.shape)
+        """The two scratch arrays shaped as ``p`` (views into the buffers, made once)."""
+        key = _key(lib, p)
+        shaped = key + (p.shape,)
+        views = self._views.get(shaped)
+        if views is None:
+            tmp, den = self.buffers[key]
+            views = self._views[shaped] = (tmp[:p.size].reshape(p.shape),
+                                           den[:p.size].reshape(p.shape))
+        return views
+
+
+def _key(lib, p):
+    """What a workspace buffer is shared by: the library, the device, the dtype."""
+    return (lib, None if lib is np else backend.device(p), p.dtype)
 
 
 @dataclass
@@ -124,18 +147,32 @@ def write(optimizer, ready):
         if lib is None:
             param.data, optimizer.state[i] = g, state
             continue
-        p = param.data
         state, first = state
-        tmp, den = optimizer.workspace.views(lib, p)
-        if scale != 1:
-            lib.divide(g, scale, out=den)
-            g = den
-        if coef is not None:
-            lib.multiply(g, coef[k], out=den)
-            g = den
-        optimizer.state[i] = rule.write(lib, g, p, state, tmp, den, first=first,
-                                        lr=ready.lr, **h)
+        c = None if coef is None else coef[k]
+        p, moments = param.data, rule.moments(state)
+        if lib is np and p.size > CHUNK:  # in slices that stay in the caches, same bits
+            flat = [a.reshape(-1) for a in (g, p, *moments)]
+            for start in range(0, p.size, CHUNK):
+                part = [a[start:start + CHUNK] for a in flat]
+                _one(optimizer, rule, lib, part[0], part[1], part[2:], scale, c, state.count,
+                     first, ready.lr, h)
+        else:
+            _one(optimizer, rule, lib, g, p, moments, scale, c, state.count, first, ready.lr, h)
+        optimizer.state[i] = rule.advanced(state)
     optimizer.step_count += 1
+
+
+def _one(optimizer, rule, lib, g, p, moments, scale, coef, count, first, lr, h):
+    """One parameter (or a slice of one): the gradient divided by ``scale`` and multiplied
+    by ``coef`` into the workspace, then the rule's in-place ``write``."""
+    tmp, den = optimizer.workspace.views(lib, p)
+    if scale != 1:
+        lib.divide(g, scale, out=den)
+        g = den
+    if coef is not None:
+        lib.multiply(g, coef, out=den)
+        g = den
+    rule.write(lib, g, p, moments, tmp, den, count=count, first=first, lr=lr, **h)
 
 
 def _arrays(state):

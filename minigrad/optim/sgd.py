@@ -92,20 +92,30 @@ def reserve(lib, state, p, *, momentum, **_):
     return state._replace(mu=(lib.empty_like(p),))
 
 
-def write(lib, g, p, state, tmp, den, *, first, lr, momentum, dampening, nesterov,
+def moments(state):
+    """The arrays an in-place update writes besides the parameter: the momentum buffer."""
+    return () if state.mu is None else (state.mu[0],)
+
+
+def advanced(state):
+    """The state record after an in-place update (its arrays were written)."""
+    return state._replace(count=state.count + 1)
+
+
+def write(lib, g, p, moments, tmp, den, *, count, first, lr, momentum, dampening, nesterov,
           weight_decay):
-    """One update of one parameter IN PLACE, for an optimizer's commit: ``p`` and the
-    momentum buffer of ``state`` (from ``reserve``; ``first``: it holds nothing yet) are
-    overwritten with p_t and b_t; returns the new state record. ``tmp`` and ``den`` are
-    workspace arrays of ``p``'s shape, ``g`` may be ``den`` itself. The operations and
-    their order are those of ``apply`` (the same bits); nothing is allocated (NumPy or
-    CuPy, ``lib``)."""
+    """One update of (a slice of) one parameter IN PLACE, for an optimizer's commit: ``p``
+    and the momentum buffer ``(b,)`` of ``moments`` (from ``reserve``; ``first``: it holds
+    nothing yet) are overwritten with p_t and b_t. ``tmp`` and ``den`` are workspace arrays
+    of ``p``'s shape, ``g`` may be ``den`` itself. The operations and their order are those
+    of ``apply``, elementwise, so the same bits for the whole array or any slice; nothing is
+    allocated (NumPy or CuPy, ``lib``)."""
     if weight_decay != 0:
         lib.multiply(p, weight_decay, out=tmp)  # lambda * p
         lib.add(g, tmp, out=den)                # g + lambda * p
         g = den
     if momentum != 0:
-        b = state.mu[0]
+        (b,) = moments
         if first:
             lib.copyto(b, g)                    # b_1 = g (torch copies g, no 1 - tau)
         else:
@@ -120,4 +130,3 @@ def write(lib, g, p, state, tmp, den, *, first, lr, momentum, dampening, nestero
             g = b
     lib.multiply(g, lr, out=tmp)                # lr * g
     p -= tmp                                    # p_t
-    return state._replace(count=state.count + 1)

@@ -220,7 +220,7 @@ def formula_peak(formula, widths, dtype, optimizer, loss, sizes):
         params += [s * d_in * d_out, s * d_out]
         grads.append(s * (d_in * d_out + d_out))
     total, largest = sum(grads), max(params)
-    peak = total + opt["t"] * largest + opt["r"] * total
+    peak = total + opt["t"] * min(largest, s * formula["chunk"]) + opt["r"] * total
     for n, later in {(n, j > 0) for j, n in enumerate(sizes)}:
         walk = [n * s * (2 * sum(hidden) + formula["head"][loss] * classes)]
         for i, d in enumerate(hidden):

@@ -10,7 +10,7 @@ from optim_oracle import arr, np_, sqrt_of, torch_adam
 
 from minigrad import backend, optim
 from minigrad.engine.tensor import Parameter
-from minigrad.optim import SGD, Adam, AdamW, adam, adamw, sgd
+from minigrad.optim import SGD, Adam, AdamW, adam, adamw, in_place, sgd
 
 # ----- the stateful wrappers ------------------------------------------------------------------
 MAKERS = {
@@ -277,3 +277,59 @@ def test_load_state_dict_refuses_garbage_by_name(state, message):
     with pytest.raises(TypeError, match="params must be an iterable of Tensors"):
         optim.SGD(None, lr=0.1)
     assert opt.lr == 0.1 and opt.step_count == 0
+
+
+# ----- the in-place commit (minigrad.optim.in_place) -------------------------------------------
+@pytest.mark.parametrize("make_rule", [
+    lambda ps: (SGD(ps, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01), sgd),
+    lambda ps: (SGD(ps, lr=0.1, momentum=0.9, nesterov=True), sgd),
+    lambda ps: (Adam(ps, lr=0.01, weight_decay=0.01), adam),
+    lambda ps: (AdamW(ps, lr=0.01), adamw),
+], ids=["sgd", "nesterov", "adam", "adamw"])
+@pytest.mark.parametrize("layout", ["chunked", "fortran"])
+def test_the_in_place_commit_has_the_bits_of_the_pure_rule(make_rule, layout):
+    """A parameter longer than ``in_place.CHUNK`` is updated slice by slice, one in Fortran
+    order through the pure rule (out= needs the flat C-order view): both must give the pure
+    update's bits, scaled and clipped as an accumulator asks, three updates running."""
+    rng = np.random.default_rng(0)
+    shape = (in_place.CHUNK // 300 + 7, 300)  # more than one slice
+    start = rng.normal(size=shape).astype(np.float32)
+    w = Parameter(np.asfortranarray(start) if layout == "fortran" else start)
+    if layout == "fortran":
+        w.data = np.asfortranarray(w.data)
+    opt, rule = make_rule([w])
+    params, state = [start.copy()], rule.init([start.copy()])
+    for t in range(3):
+        g = rng.normal(size=shape).astype(np.float32) * 7
+        w.grad = np.asfortranarray(g) if layout == "fortran" else g
+        coef = [np.asarray(0.375, dtype=np.float32)]
+        in_place.commit(opt, opt.plan(scale=7, coef=coef))
+        params, state = rule.update([g / 7 * coef[0]], state, params, lr=opt.lr,
+                                    **opt.hyperparams)
+        assert np.array_equal(w.data, params[0]), t
+    assert np.array_equal(opt.state_dict()["mu"][0],
+                          state.mu[0]) and opt.state_dict()["count"] == [3]
+
+
+def test_the_commit_allocates_no_array_and_the_workspace_is_reused():
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    ws = [Parameter(rng.normal(size=(600, 400))), Parameter(rng.normal(size=(400,)))]
+    opt = Adam(ws, lr=0.01, weight_decay=0.1)
+    for w in ws:
+        w.grad = rng.normal(size=w.shape)
+    in_place.commit(opt, opt.plan(scale=3))  # the first update makes the workspace
+    buffers = {k: [id(b) for b in v] for k, v in opt.workspace.buffers.items()}
+    assert all(b[0].size == in_place.CHUNK for b in opt.workspace.buffers.values())
+    ready = opt.plan(scale=3)
+    tracemalloc.start()
+    try:
+        in_place.commit(opt, ready)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Python's own objects (views, ints, the state records): a few KiB. One array of the
+    # smaller parameter alone would be 3.2 KB, a slice of the larger 1 MiB.
+    assert peak < 3200, peak
+    assert {k: [id(b) for b in v] for k, v in opt.workspace.buffers.items()} == buffers
