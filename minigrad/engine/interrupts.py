@@ -30,6 +30,12 @@ import os
 import signal
 import threading
 
+try:  # the C functions behind ``signal.signal``: the module's wrappers convert enums, ~6 us
+    from _signal import SIGINT as _SIGINT
+    from _signal import signal as _set
+except ImportError:  # another Python than CPython
+    _SIGINT, _set = signal.SIGINT, signal.signal
+
 _depth = 0  # the deferred() blocks open now, on the main thread
 _previous = None  # the SIGINT handler the outermost block replaced, or None: not installed
 _pending = None  # (signum, frame) of a SIGINT that arrived inside
@@ -51,12 +57,12 @@ class deferred:  # lower case: used like a function, as no_grad
 
     def __enter__(self):
         global _depth, _previous, _pending
-        if threading.current_thread() is not threading.main_thread():
+        if threading.get_ident() != threading.main_thread().ident:
             return self
         if _depth == 0:
             _pending = None  # before the swap: a signal from now on is held, not lost
             try:
-                _previous = signal.signal(signal.SIGINT, _hold)
+                _previous = _set(_SIGINT, _hold)  # looked up at each call: tests patch it
             except (ValueError, OSError, TypeError):  # cannot set handlers here: a no-op
                 return self
         _depth += 1
@@ -64,14 +70,13 @@ class deferred:  # lower case: used like a function, as no_grad
 
     def __exit__(self, *exc_info):
         global _depth, _previous, _pending
-        if threading.current_thread() is not threading.main_thread() or _depth == 0:
+        if threading.get_ident() != threading.main_thread().ident or _depth == 0:
             return False
         _depth -= 1
         if _depth:
             return False
         previous = _previous
-        signal.signal(signal.SIGINT, previous if previous is not None else
-                      signal.default_int_handler)
+        _set(_SIGINT, previous if previous is not None else signal.default_int_handler)
         # Read only now: a signal up to the swap was held, one after it is the previous
         # handler's already (Python's default raises it at once).
         pending, _previous, _pending = _pending, None, None
@@ -81,10 +86,11 @@ class deferred:  # lower case: used like a function, as no_grad
 
 
 def _deliver(handler, signum, frame):
-    """What SIGINT would have done had it not waited."""
-    if handler is signal.SIG_IGN:
-        return
-    if handler is signal.SIG_DFL or handler is None:
-        os.kill(os.getpid(), signum)
+    """What SIGINT would have done had it not waited (``handler``: as ``signal.signal``
+    returned it; the C function gives ``SIG_IGN`` and ``SIG_DFL`` as plain ints)."""
+    if not callable(handler):
+        if handler == signal.SIG_IGN:
+            return
+        os.kill(os.getpid(), signum)  # SIG_DFL, or None (not set from Python): as the kernel
         return
     handler(signum, frame)

@@ -41,12 +41,15 @@ def library(*arrays):
     """``numpy`` or ``cupy`` when every array is a writable, non-object array of that
     library with at least one axis (what ``out=`` kernels can update in place); else None."""
     kind = type(arrays[0])
-    if not all(type(a) is kind and a.ndim for a in arrays):
-        return None
+    for a in arrays:
+        if type(a) is not kind or not a.ndim:
+            return None
     if kind is np.ndarray:  # C order, so that a slice of the flat array is a view
-        ok = all(a.flags.writeable and a.flags.c_contiguous and a.dtype != object
-                 for a in arrays)
-        return np if ok else None
+        for a in arrays:
+            flags = a.flags
+            if not (flags.writeable and flags.c_contiguous) or a.dtype.hasobject:
+                return None
+        return np
     if kind.__module__.startswith("cupy") and kind.__name__ == "ndarray":
         return sys.modules["cupy"]  # imported already: its arrays exist
     return None
@@ -64,6 +67,8 @@ class Workspace:
 
     def reserve(self, arrays):
         """Make room for every array of ``arrays`` (``(lib, p)`` pairs); may allocate."""
+        if all(_key(lib, p) + (p.shape,) in self._views for lib, p in arrays):
+            return  # every shape seen before, with its buffer: nothing to check
         need = {}
         for lib, p in arrays:
             key = _key(lib, p)
