@@ -62,7 +62,7 @@ class Workspace:
     too, so an update makes no array objects at all."""
 
     def __init__(self):
-        self.buffers = {}  # (library, device, dtype) -> (tmp, den), flat
+        self.buffers = {}  # (library name, device, dtype) -> (tmp, den), flat
         self._views = {}  # (library, device, dtype, shape) -> (tmp, den) of that shape
 
     def reserve(self, arrays):
@@ -77,7 +77,7 @@ class Workspace:
         for key, (size, p) in need.items():
             held = self.buffers.get(key)
             if held is None or held[0].size < size:
-                lib = key[0]
+                lib = np if key[0] == "numpy" else sys.modules[key[0]]
                 self.buffers[key] = (lib.empty(size, dtype=p.dtype),
                                      lib.empty(size, dtype=p.dtype))
                 self._views = {k: v for k, v in self._views.items() if k[:3] != key}
@@ -95,8 +95,9 @@ class Workspace:
 
 
 def _key(lib, p):
-    """What a workspace buffer is shared by: the library, the device, the dtype."""
-    return (lib, None if lib is np else backend.device(p), p.dtype)
+    """What a workspace buffer is shared by: the library (by name, so that an optimizer can
+    be deep-copied), the device, the dtype."""
+    return ("numpy", None, p.dtype) if lib is np else (lib.__name__, backend.device(p), p.dtype)
 
 
 @dataclass

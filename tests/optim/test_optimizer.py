@@ -333,3 +333,18 @@ def test_the_commit_allocates_no_array_and_the_workspace_is_reused():
     # smaller parameter alone would be 3.2 KB, a slice of the larger 1 MiB.
     assert peak < 3200, peak
     assert {k: [id(b) for b in v] for k, v in opt.workspace.buffers.items()} == buffers
+
+
+def test_an_optimizer_with_its_workspace_can_be_deep_copied():
+    import copy
+
+    w = Parameter(np.ones((3, 2)))
+    opt = Adam([w], lr=0.1)
+    w.grad = np.ones((3, 2))
+    opt.step()  # makes the workspace
+    twin = copy.deepcopy(opt, {id(adam): adam, id(w.xp): w.xp})  # code is shared, as in
+    # analysis.memory.copy_update
+    twin.params[0].grad = np.ones((3, 2))
+    twin.step()
+    opt.step()
+    assert np.array_equal(twin.params[0].data, w.data) and twin.params[0] is not w
