@@ -278,6 +278,7 @@ class Accumulator:
         grads = [p.grad for p in self.params if p.grad is not None]
         loss = self.window.loss_sum
         if isinstance(loss, (int, float, Fraction)):  # a NumPy float64 is a float
+            loss = loss if isinstance(loss, Fraction) else float(loss)  # as Python's
             return finite_number(loss) and all_finite(grads), loss
         xp = backend.get_namespace(loss)
         flags = [xp.all(xp.isfinite(loss))] + [xp.all(xp.isfinite(g)) for g in grads]
