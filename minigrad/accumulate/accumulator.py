@@ -10,7 +10,6 @@ from fractions import Fraction
 from minigrad import nn
 from minigrad.accumulate.guard import (
     TrainingState,
-    all_finite,
     as_batch,
     check_optimizer,
     check_scheduler,
@@ -23,7 +22,7 @@ from minigrad.accumulate.split import MicroBatch, positions
 from minigrad.engine import Tensor, backend, interrupts, validate
 from minigrad.nn import functional as F
 from minigrad.optim import in_place
-from minigrad.optim.clip import clip_coefficients
+from minigrad.optim.clip import clip_coefficient
 from minigrad.optim.optimizer import Optimizer
 
 NORMALIZE = ("items", "micro_batches", "sum")
@@ -92,8 +91,13 @@ class Accumulator:
 
     Every call is all-or-nothing: if it raises anything (``KeyboardInterrupt`` included),
     the parameters, ``.grad``, buffers, optimizer, schedule and the pending window are as
-    they were before the call. The optimizer must hold parameters of ``model`` (all of them,
-    or some to train only those), and the scheduler must drive that optimizer.
+    they were before the call, or, where the call made an update (``update()``, or
+    ``add()`` with ``every``) and a Ctrl-C arrived during its commit, as they are after that
+    update (the interrupt is held until the update's last write, then raised). The
+    optimizer must hold parameters of ``model`` (all of them, or some to train only those),
+    and the scheduler must drive that optimizer. An optimizer of your own (one that
+    overrides ``step``) is stepped on divided gradients; its ``step`` must not fail after it
+    has written anything in place, since that cannot be undone.
 
     Drivers that run a whole window (``accumulate.step`` and its strategies) use the
     counting half directly: ``record`` counts what a backward pass added, ``load_sums``
@@ -234,17 +238,17 @@ class Accumulator:
             return self.refuse_nonfinite(loss_sum)
         next_lr = self.scheduler.next_lr() if self.scheduler is not None else None
         scale = self.scale()
+        present = [p.grad for p in self.params if p.grad is not None]
         coef = None
-        if self.max_grad_norm is not None:
-            coef = clip_coefficients([p.grad for p in self.params if p.grad is not None],
-                                     self.max_grad_norm, scale)
+        if self.max_grad_norm is not None and present:
+            coef = clip_coefficient(present, self.max_grad_norm, scale)
         mean_loss = loss_sum / self.pending_items if self.pending_items else float("nan")
         if _plans(self.optimizer):
             return Ready(self.optimizer.plan(scale=scale, coef=coef), next_lr, mean_loss)
         grads = self.gradients()  # an optimizer of its own reads new arrays from .grad
         if coef is not None:
-            it = iter(coef)
-            grads = [None if g is None else g * next(it) for g in grads]
+            grads = [None if g is None else g * backend.get_namespace(g).astype(coef, g.dtype)
+                     for g in grads]
         return Ready(None, next_lr, mean_loss, grads)
 
     def commit(self, ready):
@@ -277,9 +281,13 @@ class Accumulator:
         and the loss sum as a Python number, with ONE read from the device."""
         grads = [p.grad for p in self.params if p.grad is not None]
         loss = self.window.loss_sum
-        if isinstance(loss, (int, float, Fraction)):  # a NumPy float64 is a float
+        if isinstance(loss, (int, float, Fraction)):  # on the host (a NumPy float64 is a float)
             loss = loss if isinstance(loss, Fraction) else float(loss)  # as Python's
-            return finite_number(loss) and all_finite(grads), loss
+            if not grads or backend.is_exact(grads[0]):
+                return finite_number(loss), loss
+            xp = backend.get_namespace(*grads)  # the gradients' flags joined: one read
+            finite = bool(xp.all(xp.stack([xp.all(xp.isfinite(g)) for g in grads])))
+            return finite and finite_number(loss), loss
         xp = backend.get_namespace(loss)
         flags = [xp.all(xp.isfinite(loss))] + [xp.all(xp.isfinite(g)) for g in grads]
         ok = xp.astype(xp.all(xp.stack(flags)), loss.dtype)

@@ -21,7 +21,7 @@ import numpy as np
 from minigrad.accumulate.accumulator import Window
 from minigrad.accumulate.guard import like
 from minigrad.accumulate.reduction import WindowSkipped
-from minigrad.engine import backend
+from minigrad.engine import backend, interrupts
 
 COMM_METHODS = ("Get_rank", "Get_size", "allgather", "Allreduce", "Bcast")
 
@@ -182,9 +182,12 @@ class AllReduce:
         ready = acc.prepare(decided=(finite, loss_sum))  # divides once by the global items
         if ready is None:
             return None  # not finite on every rank alike (the same sums): all skip
-        self._exchange(self.UPDATING, "ok", None)  # every rank could: now all commit
-        self.done = True  # nothing more to tell: an interrupt from here on is local
-        acc.commit(ready)
+        # Every rank could: now all commit. Ctrl-C is held from before the last exchange, so
+        # no rank stops between learning that the others commit and committing itself.
+        with interrupts.deferred():
+            self._exchange(self.UPDATING, "ok", None)
+            self.done = True  # nothing more to tell
+            acc.commit(ready)
         return ready.mean_loss
 
     def skip(self):

@@ -163,6 +163,9 @@ def _walk(order, gradient, retain_graph, cast):
                 g = xp.astype(g, node.data.dtype)
             leaves.append((node, g))
             continue
+        if node._versions and any(t._version != v for t, v in zip(node._parents,
+                                                                  node._versions)):
+            _stale(node)
         grads_in = rule(g)
         parents = node._parents
         if not retain_graph:
@@ -180,6 +183,17 @@ def _walk(order, gradient, retain_graph, cast):
             grads[key] = pg if key not in grads else grads[key] + pg
         del node, g, grads_in, parents, rule
     return leaves
+
+
+def _stale(node):
+    """``RuntimeError``: an input of ``node`` was written in place after ``node`` was computed
+    (an optimizer's step between the forward and the backward pass), so its backward would
+    use the new values; PyTorch refuses this too ("modified by an inplace operation")."""
+    changed = next(t for t, v in zip(node._parents, node._versions) if t._version != v)
+    raise RuntimeError(f"a tensor of shape {changed.shape} that this graph used was updated in "
+                       f"place after the forward pass (an optimizer step between forward and "
+                       f"backward): its gradient would use the new values. Run the forward "
+                       f"pass again after the step; nothing was written to .grad")
 
 
 def _freed(g):

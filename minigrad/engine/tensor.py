@@ -42,6 +42,9 @@ class Tensor:
     (14.0, [2.0, 4.0, 6.0])
     """
 
+    _version = 0  # bumped when an optimizer writes the array in place (see graph._walk)
+    _versions = ()  # a node's: its inputs' versions when it was computed
+
     def __init__(self, data, requires_grad=False, *, dtype=None, xp=None, device=None):
         if isinstance(data, Tensor):
             data = data.data
@@ -313,6 +316,8 @@ def primitive(data, inputs, backward):
     out.requires_grad = graph.is_grad_enabled() and any(t.requires_grad for t in inputs)
     out._parents = tuple(inputs) if out.requires_grad else ()
     out._backward = backward if out.requires_grad else None
+    if out.requires_grad:
+        out._versions = tuple(t._version for t in inputs)
     return out
 
 

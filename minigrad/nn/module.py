@@ -163,6 +163,16 @@ class Module:
                 for name in table:
                     yield (f"{prefix}.{name}" if prefix else name), module, table, name
 
+    def _arrays(self):
+        """Dotted name -> the array itself (parameters' data, buffers): ``state_dict``
+        without its copies, for reading names, shapes and dtypes."""
+        state = {}
+        for key, _, table, name in self._entries():
+            value = table[name]
+            if value is not None:
+                state[key] = value.data if isinstance(value, Tensor) else value
+        return state
+
     def state_dict(self):
         """Dotted name -> array, parameters then buffers of each module, like ``torch``.
 
@@ -173,7 +183,8 @@ class Module:
             value = table[name]
             if value is not None:
                 value = value.data if isinstance(value, Tensor) else value
-                state[key] = backend.get_namespace(value).asarray(value, copy=True)
+                state[key] = backend.get_namespace(value).asarray(value, copy=True) \
+                    if backend.is_array(value) else value
         return state
 
     def set_buffers(self, buffers):
@@ -191,7 +202,7 @@ class Module:
         if not isinstance(state, dict):
             raise TypeError(f"state_dict must be a dict of name -> array, got "
                             f"{type(state).__name__}")
-        own = self.state_dict()
+        own = self._arrays()  # names, shapes and dtypes: no copy needed
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         if missing or unexpected:

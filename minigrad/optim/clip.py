@@ -52,32 +52,24 @@ def clip_by_global_norm(grads, max_norm, norm_type=2.0):
     return tuple(g * xp.astype(coef, g.dtype) for g in grads), float(total)
 
 
-def clip_coefficients(grads, max_norm, scale=1, norm_type=2.0):
-    """The factors ``clip_by_global_norm`` would scale ``g / scale`` by, one 0-d array per
-    gradient in its dtype, computed on the device with nothing read: ``c`` where
+def clip_coefficient(grads, max_norm, scale=1, norm_type=2.0):
+    """The factor ``clip_by_global_norm`` would scale every ``g / scale`` by, as a 0-d array
+    of the total norm's dtype, computed on the device with nothing read: ``c`` where
     ``c < 1`` and the total norm is finite, else exactly 1 (multiplying by 1 changes no
-    bit). An accumulator's update multiplies by them in its commit.
+    bit). An accumulator's update multiplies by it (cast to each gradient's dtype, as
+    ``clip_by_global_norm`` casts it) in its commit.
 
     >>> import numpy as np
-    >>> [float(c) for c in clip_coefficients([np.array([6.0]), np.array([8.0])], 1.0, 2)]
-    [0.199999960000008, 0.199999960000008]
+    >>> float(clip_coefficient([np.array([6.0]), np.array([8.0])], 1.0, 2))
+    0.199999960000008
     """
     grads = tuple(grads)
-    if not grads:
-        return []
     xp = backend.get_namespace(*grads)
-    if backend.is_exact(grads[0]):  # no square roots in exact mode: the host's floats
-        parts = [g / scale if scale != 1 else g for g in grads]
-        _, total = clip_by_global_norm(parts, max_norm, norm_type)
-        c = max_norm / (total + 1e-6)
-        c = c if math.isfinite(total) and c < 1.0 else 1
-        return [xp.asarray(c) for _ in grads]
     norms = xp.stack([xp.linalg.vector_norm(g / scale if scale != 1 else g, ord=norm_type)
                       for g in grads])
     total = xp.linalg.vector_norm(norms, ord=norm_type)
     coef = xp.asarray(max_norm, dtype=total.dtype, device=backend.device(total)) / (total + 1e-6)
-    coef = xp.where(xp.isfinite(total) & (coef < 1.0), coef, xp.ones_like(coef))
-    return [xp.astype(coef, g.dtype) for g in grads]
+    return xp.where(xp.isfinite(total) & (coef < 1.0), coef, xp.ones_like(coef))
 
 
 def clip_grad_norm_(params, max_norm, norm_type=2.0):

@@ -16,7 +16,7 @@ then writes the parameters and the optimizer state IN PLACE, inside
   ``commit`` only swaps references.
 
 The gradient the rule sees may be the parameter's ``.grad`` divided by ``scale`` (the
-window's item count) and multiplied by ``coef`` (a clipping coefficient, a 0-d array): that
+window's item count) and multiplied by ``coef`` (a clipping coefficient, one 0-d array): that
 is done in ``commit`` too, into the workspace, so ``.grad`` is never written and no copy of
 the gradients is made. Dividing first, then multiplying, is the order in which
 ``Accumulator`` divided and ``clip_grad_norm_`` scaled when each made new arrays: the same
@@ -77,9 +77,14 @@ class Workspace:
         for key, (size, p) in need.items():
             held = self.buffers.get(key)
             if held is None or held[0].size < size:
-                lib = np if key[0] == "numpy" else sys.modules[key[0]]
-                self.buffers[key] = (lib.empty(size, dtype=p.dtype),
-                                     lib.empty(size, dtype=p.dtype))
+                if key[0] == "numpy":
+                    self.buffers[key] = (np.empty(size, dtype=p.dtype),
+                                         np.empty(size, dtype=p.dtype))
+                else:
+                    with p.device:  # CuPy: on the parameter's GPU, not the current one
+                        lib = sys.modules[key[0]]
+                        self.buffers[key] = (lib.empty(size, dtype=p.dtype),
+                                             lib.empty(size, dtype=p.dtype))
                 self._views = {k: v for k, v in self._views.items() if k[:3] != key}
 
     def views(self, lib, p):
@@ -109,19 +114,27 @@ class Plan:
     lr: object
     hyperparams: dict
     scale: object
-    coef: list | None
+    coef: list | None  # per write, in its gradient's dtype
 
 
 def plan(optimizer, rule, active, grads, lr, hyperparams, *, scale=1, coef=None):
     """Everything ``commit`` needs, checked and allocated; nothing of ``optimizer`` written.
 
     ``grads[k]`` is the gradient of ``optimizer.params[active[k]]``; ``coef`` is None or
-    one 0-d array per active parameter, already in its dtype."""
+    one 0-d array, cast here to each gradient's dtype."""
     writes, in_place = [], []
+    if coef is not None:
+        coef = [backend.get_namespace(g).astype(coef, g.dtype) for g in grads]
+    # Under np.seterr(... "raise" or "call") a floating-point error must come out before
+    # anything is written: NumPy's arrays take the pure rule then (the commit, in place,
+    # runs with NumPy's floating-point checks off: nothing in it may raise).
+    strict = any(v in ("raise", "call") for v in np.geterr().values())
     for k, (i, g) in enumerate(zip(active, grads)):
         p, state = optimizer.params[i].data, optimizer.state[i]
         arrays = [g, p, *_arrays(state)]
         lib = library(*arrays)
+        if lib is np and strict:
+            lib = None
         if lib is None:
             if scale != 1:
                 g = g / scale
@@ -146,10 +159,19 @@ def commit(optimizer, ready):
 
 def write(optimizer, ready):
     """``commit``'s writes, for a caller that holds ``interrupts.deferred()`` itself (an
-    accumulator commits the schedule and its counters in the same block)."""
+    accumulator commits the schedule and its counters in the same block). NumPy's
+    floating-point checks are off inside (an overflow gives inf, as IEEE says, never an
+    exception half-way through the parameters): ``plan`` took the pure rule where they
+    raise."""
+    with np.errstate(all="ignore"):
+        _write(optimizer, ready)
+
+
+def _write(optimizer, ready):
     rule, h, scale, coef = ready.rule, ready.hyperparams, ready.scale, ready.coef
     for k, (i, lib, g, state) in enumerate(ready.writes):
         param = optimizer.params[i]
+        param._version += 1  # a graph that used the old values now refuses its backward
         if lib is None:
             param.data, optimizer.state[i] = g, state
             continue

@@ -63,8 +63,8 @@ class Optimizer:
     def plan(self, scale=1, coef=None):
         """Everything one update needs, checked and computed; nothing written
         (``minigrad.optim.in_place``). The gradients are the parameters' ``.grad``, seen
-        divided by ``scale`` and multiplied by ``coef`` (one 0-d array per parameter with a
-        gradient, or None): an accumulator's item count and clipping coefficient."""
+        divided by ``scale`` and multiplied by ``coef`` (a 0-d array, cast to each gradient's
+        dtype, or None): an accumulator's item count and clipping coefficient."""
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
         grads = [self.params[i].grad for i in active]
         datas = [self.params[i].data for i in active]

@@ -31,7 +31,7 @@ two, scaling and unscaling are exact unless they overflow or underflow
 
 import numpy as np
 
-from minigrad.engine import backend
+from minigrad.engine import backend, interrupts
 from minigrad.optim import _checks
 
 _KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
@@ -114,8 +114,9 @@ class GradScaler:
         if self._found_inf[id(optimizer)]:
             self._stepped.add(id(optimizer))
             return None
-        result = optimizer.step()  # all-or-nothing itself; on an error nothing is noted
-        self._stepped.add(id(optimizer))
+        with interrupts.deferred():  # a Ctrl-C held by the step's commit arrives after both
+            result = optimizer.step()  # all-or-nothing itself; on an error nothing is noted
+            self._stepped.add(id(optimizer))
         return result
 
     def found_inf(self):

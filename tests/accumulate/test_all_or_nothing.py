@@ -382,8 +382,8 @@ def test_a_failure_injected_at_any_point_changes_nothing(point, micro_batch, par
     # The points where an update can fail are before its commit (which writes in place with
     # Ctrl-C held and cannot fail: tests/faults.py sends real signals there).
     if point == "clip":
-        patch(accumulator_module, "clip_coefficients",
-              raise_on(0, accumulator_module.clip_coefficients))
+        patch(accumulator_module, "clip_coefficient",
+              raise_on(0, accumulator_module.clip_coefficient))
     elif point == "rule":  # the optimizer's plan for parameter `parameter`
         patch(opt._rule, "reserve", raise_on(parameter, opt._rule.reserve))
     elif point == "schedule":

@@ -156,3 +156,20 @@ def test_the_counter_counts_each_conversion_once(place, reads, name):
     assert len(reads) == expected, f"{len(reads)} reads, not {expected}:\n{reads.summary()}"
     for r in reads.reads:  # the line that asked: this test's, or minigrad's helper
         assert "test_host_reads.py" in str(r) or "minigrad/engine/" in str(r), reads.summary()
+
+
+def test_the_streaming_update_reads_the_device_once(place, reads):
+    """``Accumulator.add`` returns each micro-batch's loss (a read each, by its contract);
+    ``update()`` then decides the window's finiteness with one read, not one per parameter."""
+    from minigrad.accumulate import Accumulator
+
+    xp, device = place
+    x, y = batch(xp, device, "cross_entropy", ignored=False)
+    model, opt, _ = trained(xp, device)
+    acc = Accumulator(model, nn.CrossEntropyLoss(), opt)
+    for start in range(0, N, MICRO):
+        acc.add(x[start:start + MICRO, ...], y[start:start + MICRO, ...])
+    with reads.counting():
+        acc.update()
+    assert opt.step_count == 1
+    assert len(reads) <= 1, reads.report(1)

@@ -302,9 +302,9 @@ def test_the_in_place_commit_has_the_bits_of_the_pure_rule(make_rule, layout):
     for t in range(3):
         g = rng.normal(size=shape).astype(np.float32) * 7
         w.grad = np.asfortranarray(g) if layout == "fortran" else g
-        coef = [np.asarray(0.375, dtype=np.float32)]
+        coef = np.asarray(0.375)  # float64, cast to the gradient's float32
         in_place.commit(opt, opt.plan(scale=7, coef=coef))
-        params, state = rule.update([g / 7 * coef[0]], state, params, lr=opt.lr,
+        params, state = rule.update([g / 7 * coef.astype(np.float32)], state, params, lr=opt.lr,
                                     **opt.hyperparams)
         assert np.array_equal(w.data, params[0]), t
     assert np.array_equal(opt.state_dict()["mu"][0],
@@ -348,3 +348,26 @@ def test_an_optimizer_with_its_workspace_can_be_deep_copied():
     twin.step()
     opt.step()
     assert np.array_equal(twin.params[0].data, w.data) and twin.params[0] is not w
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # what `python -W error` does
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+def test_a_floating_point_error_never_stops_the_commit_half_way(mode):
+    """A finite gradient whose square overflows float32: under np.seterr(over="raise") the
+    error comes from the plan, before anything is written; otherwise the commit writes
+    everything (inf where IEEE says so) and raises nothing, warnings as errors included."""
+    a, b = Parameter(np.array([1.0, 2.0], dtype=np.float32)), Parameter(np.ones(2, np.float32))
+    opt = Adam([a, b], lr=0.1)
+    a.grad, b.grad = np.ones(2, np.float32), np.full(2, 1e30, np.float32)
+    before = [a.data.copy(), b.data.copy()]
+    with np.errstate(over=mode):
+        if mode == "raise":
+            with pytest.raises(FloatingPointError):
+                opt.step()
+            assert np.array_equal(a.data, before[0]) and np.array_equal(b.data, before[1])
+            assert opt.step_count == 0 and [s.count for s in opt.state] == [0, 0]
+            assert not np.any(opt.state[0].mu[0]) and not np.any(opt.state[1].mu[0])
+        else:
+            opt.step()
+            assert opt.step_count == 1 and [s.count for s in opt.state] == [1, 1]
+            assert not np.array_equal(a.data, before[0])
