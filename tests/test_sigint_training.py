@@ -21,6 +21,7 @@ the delays are seeded fractions of a scale that follows the step's measured dura
 """
 
 import contextlib
+import gc
 import signal
 import threading
 import time
@@ -125,6 +126,11 @@ def sigint_timer():
         sent.append(interrupts.deferring())
         signal.raise_signal(signal.SIGINT)  # Ctrl-C, to this thread: taken at once
 
+    # CPython swallows an exception raised inside a garbage-collector callback ("Exception
+    # ignored in ... gc_callback"), so a Ctrl-C whose handler runs there is lost, whatever
+    # the code it interrupts; hypothesis, imported by other tests of the same process,
+    # installs one. The callbacks are put aside while the timer runs.
+    callbacks, gc.callbacks[:] = list(gc.callbacks), []
     previous = (signal.signal(signal.SIGALRM, alarm),
                 signal.signal(signal.SIGINT, signal.default_int_handler))
     try:
@@ -136,6 +142,7 @@ def sigint_timer():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous[0])
         signal.signal(signal.SIGINT, previous[1])
+        gc.callbacks[:] = callbacks
 
 
 def interrupted_update(run, data, delay):
