@@ -10,6 +10,7 @@ from fractions import Fraction
 from minigrad import nn
 from minigrad.accumulate.guard import (
     TrainingState,
+    all_finite,
     as_batch,
     check_optimizer,
     check_scheduler,
@@ -283,8 +284,8 @@ class Accumulator:
         loss = self.window.loss_sum
         if isinstance(loss, (int, float, Fraction)):  # on the host (a NumPy float64 is a float)
             loss = loss if isinstance(loss, Fraction) else float(loss)  # as Python's
-            if not grads or backend.is_exact(grads[0]):
-                return finite_number(loss), loss
+            if not grads or backend.is_exact(grads[0]) or backend.on_host(grads[0]):
+                return finite_number(loss) and all_finite(grads), loss  # NumPy: no reads
             xp = backend.get_namespace(*grads)  # the gradients' flags joined: one read
             finite = bool(xp.all(xp.stack([xp.all(xp.isfinite(g)) for g in grads])))
             return finite and finite_number(loss), loss

@@ -45,10 +45,10 @@ def items_of(acc, mb):
 
 def loss_value(loss_sum):
     """A loss sum as a window adds it up: a 0-d float64 array on the loss's device (no read;
-    float64, so the window's sum is the one Python floats would give), or the exact
-    ``Fraction``."""
+    float64, so the window's sum is the one Python floats would give), or, for NumPy, whose
+    arrays are on the host already, the Python float (the exact ``Fraction`` in exact mode)."""
     data = loss_sum.data
-    if backend.is_exact(data):
+    if backend.is_exact(data) or backend.on_host(data):  # NumPy: reading costs nothing
         return loss_sum.item()
     xp = backend.get_namespace(data)
     return xp.astype(data, xp.float64) if hasattr(xp, "float64") else data

@@ -111,6 +111,11 @@ def take_along_rows(xp, x, index):
     return xp.take_along_axis(x, index, axis=1)
 
 
+def on_host(x):
+    """Whether reading ``x`` costs no transfer: a NumPy array (or NumPy scalar)."""
+    return isinstance(x, (np.ndarray, np.generic))
+
+
 def int_range(xp, x):
     """``(min, max)`` of a non-empty integer array, as Python ints."""
     if type(x) is np.ndarray:  # the ufuncs' own reductions, without np.min's wrapper

@@ -354,3 +354,23 @@ def test_cross_entropy_on_more_dimensions_and_unbatched(xp):
     assert float(_np(mean)) == pytest.approx(per_row.sum() / 7, rel=1e-15)
     single = F.cross_entropy(_tensor(xp, [0.0, 0.0]), xp.asarray(1))
     assert single.shape == () and float(_np(single)) == pytest.approx(math.log(2.0), rel=1e-15)
+
+
+@pytest.mark.parametrize("target", [
+    [[2, -100], [0, 1]], [3, 0, 1], [-100, -100], [[5]], [[-100, 4, 7], [1, -100, -100]],
+], ids=["ignored", "none_ignored", "all_ignored", "one", "rows"])
+def test_label_counts_is_the_same_read_on_the_host_and_on_a_device(target):
+    """``label_counts`` takes a NumPy shortcut (reading costs nothing there); the device path
+    (array-api-strict) must give the same facts, and both the per-sample item counts."""
+    import array_api_strict as xps
+
+    host = np.array(target)
+    labels, counts = F.label_counts(host, -100)
+    device_labels, device_counts = F.label_counts(xps.asarray(host), -100)
+    assert labels == device_labels
+    assert counts.tolist() == device_counts.tolist() == \
+        (host.reshape(host.shape[0], -1) != -100).sum(axis=1).tolist()
+    kept = host[host != -100]
+    assert (labels.low, labels.high) == ((int(kept.min()), int(kept.max())) if kept.size
+                                         else (None, None))
+    assert labels.ignored == bool((host == -100).any())
