@@ -10,7 +10,6 @@ from fractions import Fraction
 from minigrad import nn
 from minigrad.accumulate.guard import (
     TrainingState,
-    all_finite,
     as_batch,
     check_optimizer,
     check_scheduler,
@@ -267,15 +266,21 @@ class Accumulator:
                     in_place.write(self.optimizer, ready.plan)
                 if self.scheduler is not None:
                     self.scheduler.step(ready.lr)
-                for action in self.on_commit:
-                    action()
-                self.on_commit = []
-                self.discard()
-                self.commits += 1
+                self.close_commit()
         except BaseException:
             if saved is not None:  # its step() raised: references put back
                 self.restore(saved)
             raise
+
+    def close_commit(self):
+        """The end of every commit (an update's, or ``accumulated_gradients``' window): what
+        the strategy handed to ``on_commit``, the window dropped, the commit counted. The
+        caller holds ``interrupts.deferred()``."""
+        for action in self.on_commit:
+            action()
+        self.on_commit = []
+        self.discard()
+        self.commits += 1
 
     def decide(self):
         """``(finite, loss_sum)``: whether every gradient sum and the loss sum are finite,
@@ -284,15 +289,10 @@ class Accumulator:
         loss = self.window.loss_sum
         if isinstance(loss, (int, float, Fraction)):  # on the host (a NumPy float64 is a float)
             loss = loss if isinstance(loss, Fraction) else float(loss)  # as Python's
-            if not grads or backend.is_exact(grads[0]) or backend.on_host(grads[0]):
-                return finite_number(loss) and all_finite(grads), loss  # NumPy: no reads
-            xp = backend.get_namespace(*grads)  # the gradients' flags joined: one read
-            finite = bool(xp.all(xp.stack([xp.all(xp.isfinite(g)) for g in grads])))
-            return finite and finite_number(loss), loss
-        xp = backend.get_namespace(loss)
-        flags = [xp.all(xp.isfinite(loss))] + [xp.all(xp.isfinite(g)) for g in grads]
-        ok = xp.astype(xp.all(xp.stack(flags)), loss.dtype)
-        ok, value = (float(v) for v in backend.to_numpy(xp.stack([ok, loss])))  # the read
+            return finite_number(loss) and backend.all_finite(grads), loss
+        xp = backend.get_namespace(loss)  # the flag and the loss sum joined: one read
+        ok = xp.astype(backend.finite_flag([loss, *grads]), loss.dtype)
+        ok, value = (float(v) for v in backend.to_numpy(xp.stack([ok, loss])))
         return ok == 1.0, value
 
     def scale(self):

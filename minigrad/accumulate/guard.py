@@ -70,17 +70,6 @@ def restore_attributes(obj, saved):
         vars(obj).update({k: list(v) if isinstance(v, list) else v for k, v in saved.items()})
 
 
-def all_finite(arrays):
-    """Whether every element of every array is finite (exact Fractions always are)."""
-    for a in arrays:
-        if backend.is_exact(a):
-            continue
-        xp = backend.get_namespace(a)
-        if not bool(xp.all(xp.isfinite(a))):
-            return False
-    return True
-
-
 def nonfinite(loss_sum):
     """Why a window that ``decide`` found not finite is refused."""
     if not finite_number(loss_sum):

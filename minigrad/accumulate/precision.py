@@ -47,7 +47,6 @@ included) and the scale is updated once per window.
 """
 
 from minigrad import nn
-from minigrad.accumulate.guard import all_finite
 from minigrad.accumulate.micro import items_of
 from minigrad.engine import Tensor, backend, validate
 from minigrad.engine.tensor import primitive
@@ -207,7 +206,7 @@ class Precision:
                            acc.model.recompute_segments if whole else (), _storing(dtype))
         loss_sum = acc.loss(h, mb.y, reduction="sum")
         value = loss_sum.item()
-        if not all_finite([loss_sum.data]):
+        if not backend.all_finite([loss_sum.data]):
             return acc.refuse(f"loss of a micro-batch is {value}")
         (self.scaler.scale(loss_sum) if self.scaler is not None else loss_sum).backward()
         acc.record(items_of(acc, mb), mb.x.shape[0], value)

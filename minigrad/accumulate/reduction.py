@@ -69,14 +69,10 @@ class Gradients(OneProcess):
         grads = acc.gradients()
         mean_loss = loss_sum / acc.pending_items if acc.pending_items else float("nan")
         with interrupts.deferred():  # this window's commit: all of it, Ctrl-C after it
-            acc.discard()
+            acc.close_commit()  # a memory bank moves on, as with an update
             for p, g in zip(acc.params, self.before):
                 p.grad = g
             self.grads = grads
-            for action in acc.on_commit:  # a memory bank moves on, as with an update
-                action()
-            acc.on_commit = []
-            acc.commits += 1
         return mean_loss
 
 

@@ -116,6 +116,24 @@ def on_host(x):
     return isinstance(x, (np.ndarray, np.generic))
 
 
+def finite_flag(arrays):
+    """Whether every element of every array (one namespace) is finite, as a 0-d boolean
+    array on their device: nothing is read."""
+    xp = get_namespace(*arrays)
+    flags = [xp.all(xp.isfinite(a)) for a in arrays]
+    return flags[0] if len(flags) == 1 else xp.all(xp.stack(flags))
+
+
+def all_finite(arrays):
+    """Whether every element of every array is finite (exact Fractions always are), read
+    from the device at most once (``finite_flag``); NumPy's arrays are checked one by one,
+    stopping at the first that is not."""
+    arrays = [a for a in arrays if not is_exact(a)]
+    if all(on_host(a) for a in arrays):
+        return all(bool(np.isfinite(a).all()) for a in arrays)
+    return bool(finite_flag(arrays))
+
+
 def int_range(xp, x):
     """``(min, max)`` of a non-empty integer array, as Python ints."""
     if type(x) is np.ndarray:  # the ufuncs' own reductions, without np.min's wrapper

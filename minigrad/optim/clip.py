@@ -42,11 +42,7 @@ def clip_by_global_norm(grads, max_norm, norm_type=2.0):
         if not backend.is_array(g):
             raise TypeError(f"grads[{i}] must be an array, got {type(g).__name__}")
     xp = backend.get_namespace(*grads)
-    norms = xp.stack([xp.linalg.vector_norm(g, ord=norm_type) for g in grads])
-    total = xp.linalg.vector_norm(norms, ord=norm_type)
-    # An array over an array: PyTorch computes ``float / tensor`` as the float times the
-    # tensor's reciprocal, two roundings; array / array is one correctly rounded division.
-    coef = xp.asarray(max_norm, dtype=total.dtype, device=backend.device(total)) / (total + 1e-6)
+    total, coef = _total_and_coefficient(xp, grads, max_norm, norm_type)
     if not math.isfinite(float(total)) or float(coef) >= 1.0:
         return grads, float(total)
     return tuple(g * xp.astype(coef, g.dtype) for g in grads), float(total)
@@ -65,11 +61,20 @@ def clip_coefficient(grads, max_norm, scale=1, norm_type=2.0):
     """
     grads = tuple(grads)
     xp = backend.get_namespace(*grads)
-    norms = xp.stack([xp.linalg.vector_norm(g / scale if scale != 1 else g, ord=norm_type)
-                      for g in grads])
-    total = xp.linalg.vector_norm(norms, ord=norm_type)
-    coef = xp.asarray(max_norm, dtype=total.dtype, device=backend.device(total)) / (total + 1e-6)
+    divided = (g / scale if scale != 1 else g for g in grads)  # one at a time: freed in turn
+    total, coef = _total_and_coefficient(xp, divided, max_norm, norm_type)
     return xp.where(xp.isfinite(total) & (coef < 1.0), coef, xp.ones_like(coef))
+
+
+def _total_and_coefficient(xp, grads, max_norm, norm_type):
+    """The total norm of ``grads`` (any iterable, consumed once) and ``max_norm / (total +
+    1e-6)``, both 0-d arrays on the device."""
+    norms = xp.stack([xp.linalg.vector_norm(g, ord=norm_type) for g in grads])
+    total = xp.linalg.vector_norm(norms, ord=norm_type)
+    # An array over an array: PyTorch computes ``float / tensor`` as the float times the
+    # tensor's reciprocal, two roundings; array / array is one correctly rounded division.
+    return total, xp.asarray(max_norm, dtype=total.dtype, device=backend.device(total)) / (
+        total + 1e-6)
 
 
 def clip_grad_norm_(params, max_norm, norm_type=2.0):

@@ -44,14 +44,6 @@ def _float32(value):
         return float(np.float32(value))
 
 
-def _all_finite(arrays):
-    for a in arrays:
-        xp = backend.get_namespace(a)
-        if not bool(xp.all(xp.isfinite(a))):
-            return False
-    return True
-
-
 class GradScaler:
     """Loss scaling with torch's dynamic rule; ``enabled=False`` makes every method a
     pass-through (``scale`` returns the loss, ``step`` steps, ``get_scale`` is 1.0)."""
@@ -100,7 +92,7 @@ class GradScaler:
         unscaled = [g * backend.get_namespace(g).asarray(inv, dtype=g.dtype,
                                                           device=backend.device(g))
                     for g in grads]
-        return unscaled, not _all_finite(grads)
+        return unscaled, not backend.all_finite(grads)
 
     def step(self, optimizer):
         """``optimizer.step()`` on the unscaled gradients, unless one is not finite: then
