@@ -175,7 +175,7 @@ class AllReduce:
                  for i, (p, g) in enumerate(zip(acc.params, unpacked))]
         loss_sum = float(sums[packed.dtypes.index(packed.like[-1][3])][-1]) if on_device \
             else sum(w[3] for w in windows)
-        finite = all(bool(np.isfinite(b).all()) for b in sums) and math.isfinite(loss_sum)
+        finite = backend.all_finite(sums) and math.isfinite(loss_sum)  # on the host
         self.stage = self.UPDATING
         acc.load_sums(grads, Window(*(sum(w[k] for w in windows) for k in range(3)),
                                     loss_sum))

@@ -151,9 +151,9 @@ def label_counts(target, ignore_index=-100):
     per_sample = xp.sum(xp.astype(kept, xp.int64), axis=1)
     host = backend.to_numpy(xp.concat([per_sample, edges]))  # the one read
     counts, (first, last) = host[:n], (int(v) for v in host[n:])
-    none_kept = int(counts.sum()) == 0
-    return Labels(None if none_kept else first, None if none_kept else last,
-                  int(counts.sum()) < labels.shape[0] * labels.shape[1]), counts
+    total = int(counts.sum())
+    return Labels(first if total else None, last if total else None,
+                  total < labels.shape[0] * labels.shape[1]), counts
 
 
 def _label_counts_on_host(target, ignore_index):

@@ -57,9 +57,9 @@ def library(*arrays):
 
 class Workspace:
     """Two flat scratch arrays per (library, device, dtype), each as long as the largest
-    parameter that uses them: allocated on the first update (or when a larger parameter
-    appears) and reused by every later one. The views of each parameter's shape are kept
-    too, so an update makes no array objects at all."""
+    parameter that uses them (on NumPy at most ``CHUNK`` values): allocated on the first
+    update (or when a larger parameter appears) and reused by every later one. The views of
+    each parameter's shape are kept too, so an update makes no array objects at all."""
 
     def __init__(self):
         self.buffers = {}  # (library name, device, dtype) -> (tmp, den), flat
@@ -131,7 +131,7 @@ def plan(optimizer, rule, active, grads, lr, hyperparams, *, scale=1, coef=None)
     strict = any(v in ("raise", "call") for v in np.geterr().values())
     for k, (i, g) in enumerate(zip(active, grads)):
         p, state = optimizer.params[i].data, optimizer.state[i]
-        arrays = [g, p, *_arrays(state)]
+        arrays = [g, p, *rule.moments(state)]
         lib = library(*arrays)
         if lib is np and strict:
             lib = None
@@ -201,12 +201,3 @@ def _one(optimizer, rule, lib, g, p, moments, scale, coef, count, first, lr, h):
         lib.multiply(g, coef, out=den)
         g = den
     rule.write(lib, g, p, moments, tmp, den, count=count, first=first, lr=lr, **h)
-
-
-def _arrays(state):
-    """The arrays of one parameter's state record (moments, a momentum buffer)."""
-    out = []
-    for value in state:
-        if isinstance(value, tuple):
-            out.extend(value)
-    return out
