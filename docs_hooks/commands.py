@@ -42,7 +42,7 @@ COMMANDS = {
                     0),
     "check-textbook": (["check", "--sizes", "64,32,10", "--norm", "group",
                         "--micro-batch", "7", "--ignore-fraction", "0.3",
-                        "--normalize", "micro_batches", "--steps", "6"], 1),
+                        "--normalize", "micro_batch_mean", "--steps", "6"], 1),
     "check-group": (["check", "--sizes", "64,32,10", "--norm", "group", "--micro-batch", "7",
                      "--ignore-fraction", "0.3", "--optimizer", "adam", "--lr", "0.001",
                      "--steps", "6"], 0),

@@ -2,7 +2,7 @@
 
 minigrad cannot run in a browser (NumPy has no WebAssembly build), so the explorers show
 what minigrad computed while the site was built. A page asks for one by writing
-``<!-- explorer: NAME -->``, NAME a key of ``minigrad.analysis.explorers.EXPLORERS``:
+``<!-- explorer: NAME -->``, NAME a key of ``minigrad.studies.explorers.EXPLORERS``:
 
 * before the build, a subprocess (this file run as a script) writes each explorer's data,
   the function's result, to ``build/docs/explorers/<key>/NAME.json``; the key is the SHA-256
@@ -37,7 +37,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 from mkdocs.utils import get_relative_url
 
-from minigrad.analysis.explorers import EXPLORERS
+from minigrad.studies.explorers import EXPLORERS, load
 
 ROOT = Path(__file__).resolve().parent.parent
 _package_digest = runpy.run_path(str(ROOT / "scripts" / "notebooks.py"))["package_digest"]
@@ -138,9 +138,9 @@ def on_page_content(content, page, config, files, **kwargs):
 def _write(out: Path) -> None:
     """Each explorer's data as ``out/NAME.json`` (run in a subprocess by ``on_pre_build``)."""
     took = []
-    for name, compute in EXPLORERS.items():
+    for name in EXPLORERS:
         start = time.perf_counter()
-        data = compute()
+        data = load(name)()
         (out / f"{name}.json").write_text(json.dumps(data, allow_nan=False,
                                                      separators=(",", ":")))
         took.append((name, time.perf_counter() - start))

@@ -96,7 +96,7 @@ def on_pre_build(config, **kwargs):
 
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
-FIGURE = "application/vnd.minigrad.figure+json"  # minigrad.apps.plotting.interactive.MIME
+FIGURE = "application/vnd.minigrad.figure+json"  # minigrad.studies.interactive.MIME
 WIDGET_NOTE = ("[The controls of this cell move in JupyterLab: `make lab`. The output above "
                "is the engine's answer for their default values.]")
 

@@ -1,9 +1,11 @@
 """minigrad: an honest reference for gradient accumulation on any array-API library.
 
 The package's folders are the layers of DESIGN.md, each importing only those below it:
-``engine`` (backend, Tensor, graph), ``nn``, ``optim``, ``accumulate``, ``analysis``, ``apps``.
-``import minigrad`` loads the training core; ``analysis`` and ``apps`` (and the names taken
-from them) load on first use, so training never imports HIPS autograd or the data sets.
+``engine`` (backend, Tensor, graph), ``nn``, ``optim``, ``accumulate``, ``analysis`` (the
+checks and plans a user imports), ``studies`` (the course) and ``apps`` (the command line).
+``import minigrad`` loads the training core; ``analysis``, ``studies`` and ``apps`` (and the
+names taken from them) load on first use, so training never imports HIPS autograd or the
+data sets.
 """
 
 import importlib
@@ -16,6 +18,7 @@ from minigrad.engine import (
     Tensor,
     backend,
     is_grad_enabled,
+    lift,
     maximum,
     no_grad,
     primitive,
@@ -27,22 +30,23 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # never run: static readers (griffe for the API pages, type checkers) see these
     from minigrad import analysis, apps
     from minigrad.analysis import equivalence, exact, reference
-    from minigrad.apps import data
+    from minigrad.studies import data
 
 # Loaded by __getattr__ (PEP 562) the first time they are used: name -> module.
 _LAZY = {
     "analysis": "minigrad.analysis",
     "apps": "minigrad.apps",
-    "data": "minigrad.apps.data",
+    "data": "minigrad.studies.data",
     "equivalence": "minigrad.analysis.equivalence",
     "exact": "minigrad.analysis.exact",
     "reference": "minigrad.analysis.reference",
+    "studies": "minigrad.studies",
 }
 
 __all__ = [
     "Parameter", "Tensor", "accumulate", "analysis", "apps", "backend", "checkpoint", "data",
-    "engine", "equivalence", "exact", "is_grad_enabled", "maximum", "nn", "no_grad", "optim",
-    "primitive", "reference", "take_along_axis",
+    "engine", "equivalence", "exact", "is_grad_enabled", "lift", "maximum", "nn", "no_grad",
+    "optim", "primitive", "reference", "studies", "take_along_axis",
 ]
 
 

@@ -15,7 +15,7 @@ class Reversed:
         self.visited = []  # per window: the first global sample position of each micro-batch
 
     def check(self, acc):
-        if acc.normalize == "micro_batches":  # a refusal, to show where one goes
+        if acc.normalize == "micro_batch_mean":  # a refusal, to show where one goes
             raise ValueError("Reversed accumulates item sums; use normalize='items'")
 
     def run(self, acc, micro_batches, reduction):

@@ -110,7 +110,7 @@ def case_contrastive(comm):
 
     from minigrad.accumulate import Bank, accumulated_gradients, distributed
     from minigrad.analysis.bounds import bound_ratio, gamma
-    from minigrad.analysis.contrastive import gradcache_bound
+    from minigrad.analysis.contrastive_bound import gradcache_bound
 
     x, y = batch(12)
     loss = nn.InfoNCELoss(temperature=0.5, symmetric=True)

@@ -8,6 +8,8 @@ sums, checkpoints loaded back, and the analysis results. On array-api-strict the
 on its second device (``Device("device1")``), so an array created without ``device=`` fails.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -83,13 +85,13 @@ def test_training_keeps_every_array_in_place(place, norm, strategy, kind):
 def test_streaming_accumulator_and_ghost_batchnorm_keep_arrays_in_place(place):
     xp, device = place
     model = nn.MLP([3, 6, 4], norm="batch", xp=xp, device=device)
-    model[1].ghost_batch_size = 4
+    setattr(model, "1", nn.GhostBatchNorm1d(6, ghost_batch_size=4, xp=xp, device=device))
     opt = optim.Adam(model.parameters(), lr=0.01)
     acc = Accumulator(model, nn.CrossEntropyLoss(), opt, every=3, max_grad_norm=1.0)
     x, y = data(xp, device, n=8)
     for _ in range(4):
         acc.add(x, y)
-    assert acc.pending_micro_batches == 1
+    assert acc.pending_num_micro_batches == 1
     assert_placed(arrays_of(model, opt, acc), xp, device)
     grads = accumulated_gradients(model, nn.CrossEntropyLoss(), x, y, sizes=[2, 6])
     assert_placed({f"accumulated {k}": g for k, g in grads.items()}, xp, device)
@@ -113,6 +115,36 @@ def test_checkpoints_load_onto_the_models_device(place, tmp_path):
     x2, y2 = data(xp, device)
     step(model, nn.CrossEntropyLoss(), opt2, x2, y2, sizes=[6, 6])
     assert_placed(arrays_of(model, opt2), xp, device)
+
+
+def test_like_is_the_one_way_a_saved_array_is_loaded_into_place(place):
+    xp, device = place
+    target = xp.zeros((2, 3), dtype=xp.float32, device=device)
+    saved = np.arange(6.0).reshape(2, 3)  # a checkpoint's NumPy float64
+    value = backend.like(saved, target, "saved")
+    assert_placed({"like": value}, xp, device)
+    assert value.dtype == xp.float32 and np.array_equal(backend.to_numpy(value), saved)
+    assert backend.like(target, target, "saved") is not target  # always a copy
+    # The model's, the optimizer's and the accumulator's state are loaded by it: the same
+    # message for a wrong shape from each.
+    model = nn.MLP([3, 2], xp=xp, device=device)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    acc = Accumulator(model, nn.CrossEntropyLoss(), opt)
+    acc.add(*data(xp, device, n=4, classes=2))
+    opt.step()
+    wrong = np.zeros((3, 3))
+    loads = {"state_dict['0.weight']": lambda: model.load_state_dict(
+                 {**model.state_dict(), "0.weight": wrong}),
+             "state_dict['mu'][0]": lambda: opt.load_state_dict(
+                 {**opt.state_dict(), "mu": [wrong, opt.state_dict()["mu"][1]]}),
+             "accumulator gradient 0": lambda: acc.load_state_dict(
+                 {**acc.state_dict(), "grads": [wrong, acc.state_dict()["grads"][1]]})}
+    for name, load in loads.items():
+        with pytest.raises(ValueError, match=rf"^{re.escape(name)} has shape \(3, 3\), "
+                                             rf"expected \(2, 3\)$"):
+            load()
+    with pytest.raises(TypeError, match="^saved: Tensor data must be numbers"):
+        backend.like("x", target, "saved")
 
 
 def test_functional_results_stay_in_place(place):

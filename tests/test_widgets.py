@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from minigrad import accumulate, nn, optim
-from minigrad.analysis import batchnorm
 from minigrad.analysis.bounds import flat
 from minigrad.analysis.metrics import compare_arrays, vector_gap
-from minigrad.apps import data
+from minigrad.studies import data
+from minigrad.studies.batchnorm import divergence as batchnorm
 
 nbformat = pytest.importorskip("nbformat", reason="the `notebooks` extra is not installed")
 matplotlib = pytest.importorskip("matplotlib", reason="the `notebooks` extra is not installed")
@@ -96,7 +96,7 @@ def test_try_split_returns_the_engines_numbers(try_split, controls):
     assert out["weights"]["the item-weighted rule"] == [i / sum(items) for i in items]
     assert out["weights"]["the textbook loop"] == [1 / len(sizes) if i else 0.0 for i in items]
     full = loss_gradient(X[:n], targets)
-    rules = {"the textbook loop": "micro_batches", "the item-weighted rule": "items"}
+    rules = {"the textbook loop": "micro_batch_mean", "the item-weighted rule": "items"}
     for label, rule in rules.items():
         g = loss_gradient(X[:n], targets, sizes=sizes, normalize=rule)
         assert out["rel_error"][label] == np.abs(g - full).max() / np.abs(full).max(), label

@@ -153,8 +153,8 @@
       var x = c.sizes.map(function (_, j) { return j + 1; });
       var rules = [["textbook", "textbook: 1/k"], ["items", "item-weighted: n_j / n"]];
       table(parts.tables[0], ["rule", "max relative error of the gradient vs full batch"],
-            [{ key: "micro_batches", cells: [cell("textbook (mean per micro-batch / k)"),
-                                             num(c.max_rel.micro_batches)] },
+            [{ key: "micro_batch_mean", cells: [cell("textbook (mean per micro-batch / k)"),
+                                                num(c.max_rel.micro_batch_mean)] },
              { key: "items", cells: [cell("item-weighted (sum / n)"), num(c.max_rel.items)] }]);
       table(parts.tables[1], ["micro-batch j", "samples", "items n_j", "share, textbook",
                               "share, item-weighted"],

@@ -1,5 +1,5 @@
 // The notebooks' key figures, drawn again with the site's own plotly.js: zoom, exact values
-// on hover, legend entries that hide their curve. minigrad.apps.plotting.interactive.publish
+// on hover, legend entries that hide their curve. minigrad.studies.interactive.publish
 // gave each figure's data (the notebook's own numbers, labels and scales) and
 // docs_hooks/notebooks.py put it in a <div class="minigrad-figure" data-figure="...">, with
 // the notebook's PNG below it in a closed "static figure" toggle. Each panel is a graph of

@@ -7,7 +7,7 @@ mean over items (samples, or non-ignored targets), the full-batch gradient is
 
 so the rule is: accumulate per-item SUMS, divide ONCE by the item count of the whole
 window (``normalize="items"``, the default, right for every split). The textbook loop,
-each micro-batch mean divided by k (``normalize="micro_batches"``), is kept by name for
+each micro-batch mean divided by k (``normalize="micro_batch_mean"``), is kept by name for
 teaching: it is wrong for uneven splits and for ``ignore_index``. ``"sum"`` never divides.
 
 Everything that happens "per step" happens once per optimizer update:
@@ -53,12 +53,12 @@ from minigrad.accumulate import (
 )
 from minigrad.accumulate.accumulator import NORMALIZE, ON_NONFINITE, Accumulator, Window, as_loss
 from minigrad.accumulate.contrastive import Bank, GradCache, Naive
+from minigrad.accumulate.driver import accumulated_gradients, step
 from minigrad.accumulate.exact_batchnorm import ExactBatchNorm
 from minigrad.accumulate.micro import Micro
 from minigrad.accumulate.precision import Precision
 from minigrad.accumulate.split import MicroBatch, micro_batches, split_sizes
 from minigrad.accumulate.strategy import STRATEGIES
-from minigrad.accumulate.update import accumulated_gradients, step
 
 __all__ = ["NORMALIZE", "ON_NONFINITE", "STRATEGIES", "Accumulator", "Bank", "ExactBatchNorm",
            "GradCache", "Micro", "MicroBatch", "Naive", "Precision", "Window",

@@ -14,21 +14,20 @@ from minigrad.accumulate.guard import (
     check_optimizer,
     check_scheduler,
     finite_number,
-    like,
     nonfinite,
 )
 from minigrad.accumulate.micro import add_micro_batch
 from minigrad.accumulate.split import MicroBatch, positions
-from minigrad.engine import Tensor, backend, interrupts, validate
+from minigrad.engine import backend, interrupts, validate
 from minigrad.nn import functional as F
 from minigrad.optim import in_place
 from minigrad.optim.clip import clip_coefficient
 from minigrad.optim.optimizer import Optimizer
 
-NORMALIZE = ("items", "micro_batches", "sum")
+NORMALIZE = ("items", "micro_batch_mean", "sum")
 """The choices of ``normalize``: ``"items"`` divides the window's summed gradient once by its
-item count (the default, right for every split); ``"micro_batches"`` is the textbook mean per
-micro-batch divided by their number; ``"sum"`` never divides."""
+item count (the default, right for every split); ``"micro_batch_mean"`` is the textbook mean:
+each micro-batch's mean, divided by their number; ``"sum"`` never divides."""
 ON_NONFINITE = ("raise", "skip")
 """The choices of ``on_nonfinite``: refuse the update (``FloatingPointError``) or drop it;
 either way the parameters, the optimizer and the buffers stay as they were."""
@@ -71,12 +70,13 @@ class Window:
     """
 
     items: int = 0
-    micro_batches: int = 0
+    num_micro_batches: int = 0
     samples: int = 0
     loss_sum: object = 0
 
     def __add__(self, other):
-        return Window(self.items + other.items, self.micro_batches + other.micro_batches,
+        return Window(self.items + other.items,
+                      self.num_micro_batches + other.num_micro_batches,
                       self.samples + other.samples, self.loss_sum + other.loss_sum)
 
 
@@ -102,11 +102,15 @@ class Accumulator:
     Drivers that run a whole window (``accumulate.step`` and its strategies) use the
     counting half directly: ``record`` counts what a backward pass added, ``load_sums``
     takes sums reduced across processes, and ``snapshot``/``restore`` put everything back.
+    ``divided=True`` says that the window's sums arrive divided by its item count already
+    (the driver passes a strategy's ``divided``): the update then divides them by 1.
     """
 
     def __init__(self, model, loss_fn, optimizer, *, every=None, normalize="items",
-                 max_grad_norm=None, scheduler=None, on_nonfinite="raise", step_index=0):
+                 max_grad_norm=None, scheduler=None, on_nonfinite="raise", step_index=0,
+                 divided=False):
         self.normalize = validate.choice("normalize", normalize, NORMALIZE)
+        self.divided = validate.boolean("divided", divided)
         self.on_nonfinite = validate.choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
         self.every = validate.optional(validate.positive_int, "every", every)
         self.max_grad_norm = validate.optional(validate.real, "max_grad_norm", max_grad_norm,
@@ -126,7 +130,7 @@ class Accumulator:
         self.counts = None  # items per sample of a driver's batch (read_labels)
 
     pending_items = property(lambda self: self.window.items)
-    pending_micro_batches = property(lambda self: self.window.micro_batches)
+    pending_num_micro_batches = property(lambda self: self.window.num_micro_batches)
     pending_samples = property(lambda self: self.window.samples)
     pending_loss_sum = property(lambda self: self.window.loss_sum)
 
@@ -152,7 +156,7 @@ class Accumulator:
         if sample_index is None:
             sample_index = positions(x, self.pending_samples)
         else:
-            sample_index = _sample_index(sample_index, x)
+            sample_index = F.check_sample_index(sample_index, x)
         saved = self.snapshot()
         try:
             pending = self.window.loss_sum
@@ -165,7 +169,7 @@ class Accumulator:
                 # FloatingPointError, or the window is dropped and the skip counted.
                 self.restore(saved)
                 return self.refuse(f"loss of a micro-batch is {loss_sum}")
-            if self.every is not None and self.pending_micro_batches == self.every:
+            if self.every is not None and self.pending_num_micro_batches == self.every:
                 self.update()
         except BaseException:
             self.restore(saved)
@@ -190,10 +194,10 @@ class Accumulator:
                                     f"{a.dtype}: convert it with analysis.exact.to_fractions")
 
     # ----- counting ------------------------------------------------------------------------
-    def record(self, items, samples, loss_sum, micro_batches=1):
+    def record(self, items, samples, loss_sum, num_micro_batches=1):
         """Count what a backward pass just added into ``.grad``: its items, samples and
         loss sum (a strategy calls this once per micro-batch it back-propagated)."""
-        self.window = self.window + Window(items, micro_batches, samples, loss_sum)
+        self.window = self.window + Window(items, num_micro_batches, samples, loss_sum)
 
     def load_sums(self, grads, window):
         """Replace the window's gradient sums (``None`` where a parameter got none) and its
@@ -213,7 +217,7 @@ class Accumulator:
         it ends. On any error before the commit everything, the pending window included, is
         as it was, so a retry applies the window once.
         """
-        if self.pending_micro_batches == 0:
+        if self.pending_num_micro_batches == 0:
             return None
         ready = self.prepare()
         if ready is None:
@@ -296,10 +300,13 @@ class Accumulator:
         return ok == 1.0, value
 
     def scale(self):
-        """What the window's gradient sums are divided by, as ``normalize`` says."""
-        scale = {"items": self.pending_items, "micro_batches": self.pending_micro_batches,
+        """What the window's gradient sums are divided by, as ``normalize`` says; 1 when they
+        arrive divided already (``divided``)."""
+        if self.divided:
+            return 1
+        scale = {"items": self.pending_items, "micro_batch_mean": self.pending_num_micro_batches,
                  "sum": 1}[self.normalize]
-        if scale == 0 and self.pending_micro_batches:
+        if scale == 0 and self.pending_num_micro_batches:
             raise FloatingPointError(NO_ITEMS)
         return scale
 
@@ -346,14 +353,20 @@ class Accumulator:
         """Pending gradients (``None`` where absent) and counts: enough to resume mid-window."""
         return {"grads": [p.grad for p in self.params],
                 "pending_items": self.pending_items,
-                "pending_micro_batches": self.pending_micro_batches,
+                "pending_num_micro_batches": self.pending_num_micro_batches,
                 "pending_samples": self.pending_samples,
                 "pending_loss_sum": self.pending_loss_sum,
                 "skipped_updates": self.skipped_updates}
 
     def load_state_dict(self, state):
-        """Restore a ``state_dict()``; everything is checked before anything is written."""
-        keys = ("grads", "pending_items", "pending_micro_batches", "pending_samples",
+        """Restore a ``state_dict()``; everything is checked before anything is written. A
+        state saved before the count of micro-batches got its name (``"pending_micro_batches"``)
+        loads too."""
+        if isinstance(state, dict) and "pending_num_micro_batches" not in state \
+                and "pending_micro_batches" in state:
+            state = {("pending_num_micro_batches" if k == "pending_micro_batches" else k): v
+                     for k, v in state.items()}
+        keys = ("grads", "pending_items", "pending_num_micro_batches", "pending_samples",
                 "pending_loss_sum", "skipped_updates")
         if not isinstance(state, dict) or any(k not in state for k in keys):
             missing = [k for k in keys if not isinstance(state, dict) or k not in state]
@@ -364,7 +377,7 @@ class Accumulator:
             count = len(grads) if isinstance(grads, (list, tuple)) else type(grads).__name__
             raise ValueError(f"accumulator state holds {count} gradients, the model has "
                              f"{len(self.params)} parameters")
-        staged = [None if g is None else like(g, p, f"accumulator gradient {i}")
+        staged = [None if g is None else backend.like(g, p.data, f"accumulator gradient {i}")
                   for i, (p, g) in enumerate(zip(self.params, grads))]
         counts = [validate.integer(k, state[k], low=0) for k in keys[1:4]]
         loss_sum = state["pending_loss_sum"]
@@ -372,8 +385,8 @@ class Accumulator:
             loss_sum = validate.real("pending_loss_sum", loss_sum, low=None)
         skipped = validate.integer("skipped_updates", state["skipped_updates"], low=0)
         window = Window(*counts, loss_sum)
-        if (window.micro_batches == 0) != (window.samples == 0) or window.items > 0 and \
-                window.micro_batches == 0:
+        if (window.num_micro_batches == 0) != (window.samples == 0) or window.items > 0 and \
+                window.num_micro_batches == 0:
             raise ValueError(f"accumulator counts do not fit together: {window}")
         saved = self.snapshot()
         try:
@@ -391,17 +404,3 @@ def _plans(optimizer):
     optimizer, is stepped through ``step()`` on divided gradients, as before)."""
     return isinstance(optimizer, Optimizer) and type(optimizer).step is Optimizer.step \
         and "step" not in vars(optimizer)
-
-
-def _sample_index(index, x):
-    """``index`` checked as the global positions of ``x``'s samples: integers, one each."""
-    index = index.data if isinstance(index, Tensor) else index
-    if not backend.is_array(index) or not backend.get_namespace(index).isdtype(index.dtype,
-                                                                               "integral"):
-        raise TypeError(f"sample_index must be an integer array of shape ({x.shape[0]},), "
-                        f"got {getattr(index, 'dtype', type(index).__name__)}")
-    backend.get_namespace(x, index)
-    if tuple(index.shape) != (x.shape[0],):
-        raise ValueError(f"sample_index must have shape ({x.shape[0]},), one index per "
-                         f"sample, got {tuple(index.shape)}")
-    return index

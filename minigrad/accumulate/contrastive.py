@@ -49,9 +49,9 @@ def check_contrastive(acc, name):
 def check_window(acc, name):
     """A contrastive loss; ``normalize`` "items" or "sum": the window's loss is one sum."""
     check_contrastive(acc, name)
-    if acc.normalize == "micro_batches":
+    if acc.normalize == "micro_batch_mean":
         raise ValueError(f"strategy={name!r} adds the window's loss sum; it needs "
-                         f"normalize='items' or 'sum', got 'micro_batches'")
+                         f"normalize='items' or 'sum', got 'micro_batch_mean'")
 
 
 def pair(acc, mb, name):
@@ -94,7 +94,7 @@ class Naive(Micro):
     """Each micro-batch's loss with in-micro-batch negatives: ``Micro``, named for what it
     does to a contrastive loss."""
 
-    name = "naive"
+    name, kind, label = "naive", "contrastive", "naive (in-micro-batch negatives)"
 
     def check(self, acc):
         check_contrastive(acc, self.name)
@@ -103,7 +103,7 @@ class Naive(Micro):
 class GradCache:
     """The full-batch gradient of a contrastive loss at micro-batch memory, by two passes."""
 
-    name = "gradcache"
+    name, kind, label = "gradcache", "contrastive", "GradCache"
 
     def check(self, acc):
         check_window(acc, self.name)
@@ -145,7 +145,7 @@ class Bank:
     every process, only once its update is made.
     """
 
-    name = "bank"
+    name, kind, label = "bank", "contrastive", "memory bank"
     stateful = True
 
     def __init__(self, size=64, dual=True):

@@ -48,10 +48,10 @@ import hashlib
 import numpy as np
 
 from minigrad import nn
+from minigrad.accumulate.driver import step as accumulate_step
 from minigrad.accumulate.guard import as_batch
 from minigrad.accumulate.mpi import AllReduce, Packed, RankFailed, world
 from minigrad.accumulate.split import split_sizes
-from minigrad.accumulate.update import step as accumulate_step
 from minigrad.engine import Tensor, backend, validate
 
 __all__ = ["AllReduce", "RankFailed", "broadcast_parameters", "check_identical", "shard",

@@ -37,7 +37,7 @@ from functools import reduce
 from operator import add
 
 from minigrad import nn
-from minigrad.accumulate.micro import add_loss
+from minigrad.accumulate.micro import add_loss, keys
 from minigrad.engine import Tensor, no_grad, primitive
 from minigrad.nn.layers import run_layers
 
@@ -73,7 +73,7 @@ class GlobalStatistics:
                 return None  # this pass only needs A and B: stop here
             return (g - self.A / self.count - x_hat * (self.B / self.count)) * scale
 
-        return primitive(x_hat, (x,), backward)
+        return primitive(x_hat, (x,), backward, name="standardize")
 
     def finish_stats(self, parts):
         """Merge every micro-batch's ``(count, mean, m2)`` (Chan et al.): the global mean
@@ -115,7 +115,7 @@ def _unwrapped(layer):
 class ExactBatchNorm:
     """The full-batch BatchNorm gradient at micro-batch memory, by the passes above."""
 
-    name = "exact_batchnorm"
+    name, kind, label = "exact_batchnorm", "plain", "exact BatchNorm"
 
     def check(self, acc):
         if acc.normalize != "items":
@@ -131,7 +131,7 @@ class ExactBatchNorm:
             return layer(out, statistics=controls[i]) if i in controls else layer(out)
 
         def forward(mb, upto=None):
-            with nn.dropout_keys(acc.update_count, mb.index):
+            with keys(acc, mb):
                 return run_layers(layers[:upto], mb.x, acc.model.recompute_segments, apply)
 
         for i, control in controls.items():

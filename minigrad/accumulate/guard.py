@@ -129,15 +129,3 @@ def check_scheduler(scheduler, optimizer):
         raise ValueError("scheduler drives another optimizer than the one given; build it "
                          "with Scheduler(optimizer, schedule)")
 
-
-def like(value, param, name):
-    """``value`` moved to ``param``'s namespace and device and cast to its dtype."""
-    if not backend.is_array(value):
-        raise TypeError(f"{name} must be an array or None, got {type(value).__name__}")
-    try:
-        value = backend.as_array(value, xp=param.xp, device=param.device)
-    except TypeError as err:
-        raise TypeError(f"{name}: {err}") from None
-    if tuple(value.shape) != param.shape:
-        raise ValueError(f"{name} has shape {tuple(value.shape)}, parameter has {param.shape}")
-    return param.xp.astype(value, param.dtype)

@@ -10,10 +10,15 @@ from minigrad import nn
 from minigrad.engine import backend
 
 
+def keys(acc, mb):
+    """``nn.dropout_keys`` for ``mb`` (a ``split.MicroBatch``): the update count and the
+    samples' global positions, so that the masks do not depend on the split."""
+    return nn.dropout_keys(acc.update_count, mb.index)
+
+
 def forward(acc, mb):
-    """The model's output on ``mb`` (a ``split.MicroBatch``), its dropout masks keyed by the
-    update count and the samples' global positions, so they do not depend on the split."""
-    with nn.dropout_keys(acc.update_count, mb.index):
+    """The model's output on ``mb``, with its dropout masks (``keys``)."""
+    with keys(acc, mb):
         return acc.model(mb.x)
 
 
@@ -27,7 +32,7 @@ def add_loss(acc, mb, out):
     loss_sum = acc.loss(out, mb.y, reduction="sum")
     items = items_of(acc, mb)
     objective = loss_sum
-    if acc.normalize == "micro_batches":
+    if acc.normalize == "micro_batch_mean":
         # The textbook loop: this micro-batch's mean. When all its targets are ignored,
         # torch's mean is NaN with a zero gradient: the micro-batch adds nothing.
         objective = loss_sum / items if items else loss_sum * 0.0
@@ -66,7 +71,7 @@ class Micro:
     interact: BatchNorm in training mode uses each micro-batch's statistics instead.
     """
 
-    name = "micro"
+    name, kind, label = "micro", "plain", "each micro-batch alone"
 
     def check(self, acc):
         """Every model and every ``normalize`` can be run this way."""

@@ -19,7 +19,6 @@ import math
 import numpy as np
 
 from minigrad.accumulate.accumulator import Window
-from minigrad.accumulate.guard import like
 from minigrad.accumulate.reduction import WindowSkipped
 from minigrad.engine import backend, interrupts
 
@@ -163,7 +162,7 @@ class AllReduce:
                   for p in acc.params]
         packed = Packed(arrays + ([backend.get_namespace(loss).reshape(loss, (1,))]
                                   if on_device else []))
-        window = (acc.window.items, acc.window.micro_batches, acc.window.samples,
+        window = (acc.window.items, acc.window.num_micro_batches, acc.window.samples,
                   None if on_device else loss)
         gathered = self._exchange(self.ACCUMULATING, "ok", (window, present))
         sums = packed.allreduce(self.comm)
@@ -171,7 +170,7 @@ class AllReduce:
         windows, presents = zip(*gathered)
         used = [any(flags) for flags in zip(*presents)]
         unpacked = packed.unpack(sums)
-        grads = [like(g, p, f"reduced gradient {i}") if used[i] else None
+        grads = [backend.like(g, p.data, f"reduced gradient {i}") if used[i] else None
                  for i, (p, g) in enumerate(zip(acc.params, unpacked))]
         loss_sum = float(sums[packed.dtypes.index(packed.like[-1][3])][-1]) if on_device \
             else sum(w[3] for w in windows)

@@ -47,7 +47,7 @@ included) and the scale is updated once per window.
 """
 
 from minigrad import nn
-from minigrad.accumulate.micro import items_of
+from minigrad.accumulate.micro import items_of, keys
 from minigrad.engine import Tensor, backend, validate
 from minigrad.engine.tensor import primitive
 from minigrad.nn.layers import run_layers
@@ -90,7 +90,7 @@ def add_to(b, c, g, accumulate, dtype):
 
 def rounded(t, dtype):
     """A storage point: the Tensor ``t`` rounded to ``dtype``; its gradient rounded too."""
-    return primitive(round_to(t.data, dtype), (t,), lambda g: round_to(g, dtype))
+    return primitive(round_to(t.data, dtype), (t,), lambda g: round_to(g, dtype), name="rounded")
 
 
 class Precision:
@@ -98,7 +98,7 @@ class Precision:
     divided in ``order``, computed in ``compute_dtype`` (None: the parameters' own dtype),
     optionally with a ``GradScaler`` ``scaler`` (see the module docstring)."""
 
-    name = "precision"
+    name, kind, label = "precision", "precision", "mixed precision"
 
     def __init__(self, accumulate="float32", order="sum_then_divide", compute_dtype=None,
                  scaler=None):
@@ -111,6 +111,12 @@ class Precision:
             raise TypeError(f"scaler must be an optim.GradScaler or None, got "
                             f"{type(scaler).__name__}")
         self.scaler = scaler
+
+    @property
+    def divided(self):
+        """With ``order="divide_then_sum"`` the sums arrive divided by the window's items
+        (the strategy protocol's ``divided``): the update divides them no more."""
+        return self.order == "divide_then_sum"
 
     def __repr__(self):
         return (f"Precision(accumulate={self.accumulate!r}, order={self.order!r}, "
@@ -184,21 +190,13 @@ class Precision:
         if self.scaler is not None and acc.optimizer is not None:
             scaler = self.scaler  # the scale moves once per window, with the update's commit
             acc.on_commit.append(lambda: scaler.update(found_inf=False))
-        if self.order == "divide_then_sum":
-            try:
-                acc.normalize = "sum"  # divided already (a fresh accumulator per call)
-                mean_loss = reduction.update(acc)
-            finally:
-                acc.normalize = "items"
-        else:
-            mean_loss = reduction.update(acc)
-        return mean_loss
+        return reduction.update(acc)
 
     def _add(self, acc, mb):
         """Forward and backward of one micro-batch through the storage points; counts it
         and returns its (unscaled) loss sum, or ``None`` when it was not finite."""
         dtype = self.compute_dtype
-        with nn.dropout_keys(acc.update_count, mb.index):
+        with keys(acc, mb):
             h = Tensor(round_to(mb.x, dtype)) if backend.is_floating(
                 backend.get_namespace(mb.x), mb.x) else mb.x
             whole = isinstance(acc.model, nn.Sequential)

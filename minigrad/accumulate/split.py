@@ -9,7 +9,8 @@ that carry their samples' global positions (``positions``), which key the dropou
 from dataclasses import dataclass
 
 from minigrad.accumulate.guard import as_batch
-from minigrad.engine import backend, validate
+from minigrad.engine import validate
+from minigrad.nn.dropout import positions
 
 
 def split_sizes(n, micro_batch_size=None, num_micro_batches=None):
@@ -72,12 +73,6 @@ def resolve(n, *, micro_batch_size=None, num_micro_batches=None, sizes=None):
     if sizes is not None:
         return check_sizes(sizes, n)
     return split_sizes(n, micro_batch_size, num_micro_batches)
-
-
-def positions(x, start):
-    """The global positions ``start, start + 1, ...`` of ``x``'s samples, on ``x``'s device."""
-    xp = backend.get_namespace(x)
-    return xp.arange(start, start + x.shape[0], device=backend.device(x))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ A strategy is any object with a ``name``, a ``check`` and a ``run``::
 
 A strategy that keeps state across updates (``contrastive.Bank``, a memory bank) says so
 with ``stateful = True``: ``resolve`` then refuses its name, since each call would make a new,
-empty one, and the caller passes one object to every step.
+empty one, and the caller passes one object to every step. A strategy whose sums arrive
+divided by the window's item count already (it divides as it adds, as
+``Precision(order="divide_then_sum")`` does) says so with ``divided = True``: the update then
+divides them by 1 (``Accumulator(divided=...)``, which the driver passes); without the
+attribute they arrive undivided and the update divides them as ``normalize`` says.
 
 ``accumulate.step`` (and ``distributed.step``, the same function with the MPI reduction)
 checks the batch and the split once, makes a fresh ``Accumulator`` ``acc``, and calls
@@ -66,15 +70,31 @@ from minigrad.accumulate.contrastive import Bank, GradCache, Naive
 from minigrad.accumulate.exact_batchnorm import ExactBatchNorm
 from minigrad.accumulate.micro import Micro
 from minigrad.accumulate.precision import Precision
+from minigrad.engine import validate
 
-STRATEGIES = {"micro": Micro, "exact_batchnorm": ExactBatchNorm, "naive": Naive,
-              "gradcache": GradCache, "bank": Bank,
-              "precision": Precision}
-"""The strategies that have a name: ``"micro"`` (each micro-batch alone; the default),
+STRATEGIES = {cls.name: cls for cls in (Micro, ExactBatchNorm, Naive, GradCache, Bank,
+                                        Precision)}
+"""The strategies that have a name, the one registry of them (the command line, the checks
+and the explorers read it): ``"micro"`` (each micro-batch alone; the default),
 ``"exact_batchnorm"`` (the full-batch BatchNorm gradient by extra passes) and, for losses
 with in-batch negatives (``minigrad.accumulate.contrastive``), ``"naive"``, ``"gradcache"``
 (exact) and ``"bank"`` (memory banks; a stateful strategy, passed as one ``Bank`` object) and
-``"precision"`` (low-precision compute and gradient buffers, ``Precision(...)``)."""
+``"precision"`` (low-precision compute and gradient buffers, ``Precision(...)``). Each class
+says its ``kind`` (``KINDS``) and its ``label``, how figures and explorers name it."""
+KINDS = ("plain", "contrastive", "precision")
+"""What a named strategy is for: ``"plain"``, a loss that is a mean over items (what
+``minigrad check`` compares); ``"contrastive"``, a loss with in-batch negatives
+(``minigrad check --loss contrastive``); ``"precision"``, low-precision compute."""
+
+
+def names(kind):
+    """The names of the strategies of ``kind`` (one of ``KINDS``), in ``STRATEGIES``' order.
+
+    >>> names("contrastive")
+    ('naive', 'gradcache', 'bank')
+    """
+    kind = validate.choice("kind", kind, KINDS)
+    return tuple(name for name, cls in STRATEGIES.items() if cls.kind == kind)
 
 
 def resolve(strategy):

@@ -1,14 +1,12 @@
-"""The analysis layer: metrics (ULPs, cosine, accuracy), equivalence reports (full batch vs
-accumulated), the derived rounding bounds and the ``check`` built on them (``power``: could
-the check have failed?), the exact Fraction mode, the HIPS-autograd reference, the BatchNorm
-divergence measurements, and memory: the measured peak of an update and the micro-batch
-planner (with ``recompute_choice``, which hidden layers to recompute). The notebooks'
-experiments live here too: ``contrastive`` (GradCache's bound, retrieval, the towers'
-gradient norms; ``contrastive_check`` is ``check`` for InfoNCE), ``pitfalls`` (the wrong
-loops, one mistake at a time), ``libraries`` (one training on several array libraries),
-``norm_training`` (normalisation layers trained both ways), ``costs`` (what an update
-costs in time and memory), and ``claims`` with ``outcomes`` (the articles' claims as verdict
-rows; the rule a verdict on training outcomes meets: seeds, lengths, mean and spread).
+"""What a user imports to check and plan accumulation: ``metrics`` (ULPs, cosine, accuracy),
+``equivalence`` reports (full batch against accumulated), ``exact`` (Fraction) mode,
+``reference`` (the same models in HIPS autograd), the derived rounding ``bounds`` and the
+``trajectory`` bound replayed beside two runs, the ``check`` built on them and
+``contrastive_check`` for losses with in-batch negatives (``contrastive_bound``: GradCache's
+bound; ``power``: could a check have failed?), and memory: the measured peak of an update
+(``memory``), its theory (``memory_theory``) and the micro-batch ``planner`` (with
+``recompute_choice``: which hidden layers to recompute). The course built on them is
+``minigrad.studies``.
 
 Each module is imported on first use (PEP 562), so ``import minigrad.analysis`` costs
 nothing and HIPS autograd is imported only with ``reference``.
@@ -16,10 +14,9 @@ nothing and HIPS autograd is imported only with ``reference``.
 
 import importlib
 
-__all__ = ["batchnorm", "bounds", "check", "claims", "communication", "contrastive",
-           "contrastive_check", "costs", "equivalence", "exact", "explorer_extras", "libraries",
-           "memory", "memory_theory", "metrics", "norm_training", "outcomes", "pitfalls",
-           "planner", "power", "recompute_choice", "reference", "trajectory"]
+__all__ = ["bounds", "check", "contrastive_bound", "contrastive_check", "equivalence", "exact",
+           "memory", "memory_theory", "metrics", "planner", "power", "recompute_choice",
+           "reference", "trajectory"]
 
 
 def __getattr__(name):

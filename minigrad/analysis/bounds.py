@@ -140,9 +140,8 @@ def condition_number(model, loss, x, y, step_index=0):
     when the values of a group nearly coincide. MSE's residual out - y does the same with
     max(|out| + |y|) / max|out - y|. kappa is the product.
     """
-    xp = backend.get_namespace(x)
     h, magnitude, kappa = Tensor(x), np.abs(backend.to_numpy(x)), 1.0
-    with no_grad(), nn.dropout_keys(step_index, xp.arange(x.shape[0])):
+    with no_grad(), nn.dropout_keys.rows(step_index, x):
         for layer in model:
             z, h = backend.to_numpy(h.data), layer(h)
             if isinstance(layer, nn.Linear):

@@ -2,7 +2,7 @@
 
 It trains one MLP twice from the same start on the same seeded data, for ``steps`` updates:
 full batch, and accumulated (``minigrad.accumulate.step`` over micro-batches of
-``micro_batch`` samples, or ``micro_batches`` near-equal parts). After every update it
+``micro_batch`` samples, or ``num_micro_batches`` near-equal parts). After every update it
 measures the parameter gap and judges it against the floating-point bound derived in
 ``minigrad.analysis.trajectory``: equivalent when, at every update, every entry of the gap is
 within its bound, and the comparison could have failed ("No verdict" below). Each update
@@ -17,9 +17,9 @@ when the measured gap exceeds the bound:
 * "BatchNorm normalises each micro-batch with its own statistics": ``norm="batch"`` with
   ``strategy="micro"`` and more than one micro-batch;
 * "the textbook rule divides uneven micro-batches by their count": ``normalize=
-  "micro_batches"`` with micro-batches of different sizes;
+  "micro_batch_mean"`` with micro-batches of different sizes;
 * "the textbook rule weighs micro-batches equally but they hold different numbers of kept
-  targets": ``normalize="micro_batches"`` with ignored targets spread unevenly;
+  targets": ``normalize="micro_batch_mean"`` with ignored targets spread unevenly;
 * "normalize='sum' scales the gradient by the number of items": ``"sum"`` with more than
   one item in an update.
 
@@ -43,7 +43,7 @@ The result is JSON-able (numbers that are not finite are ``null``)::
     {"config":  {"sizes": [int, ...], "activation": str, "norm": str, "dropout": float,
                  "loss": str, "ignore_fraction": float, "optimizer": str, "lr": float,
                  "weight_decay": float, "clip": float | null, "global_batch": int,
-                 "micro_batch": int | null, "micro_batches": int | null,
+                 "micro_batch": int | null, "num_micro_batches": int | null,
                  "normalize": str, "strategy": str, "steps": int, "dtype": str,
                  "seed": int},
      "sizes":   [int, ...],         # the micro-batch sizes of every update
@@ -71,7 +71,7 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.accumulate import NORMALIZE, split_sizes
-from minigrad.accumulate.split import positions
+from minigrad.accumulate import strategy as strategies
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
 from minigrad.analysis.equivalence import compare_named
 from minigrad.analysis.power import NO_VERDICT, could_fail, idle_step, no_verdict
@@ -81,8 +81,6 @@ from minigrad.nn.mlp import ACTIVATIONS
 
 NORMS = ("none", "batch", "group", "layer")
 LOSSES = ("cross-entropy", "mse")
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-STRATEGIES = ("micro", "exact_batchnorm")
 DTYPES = ("float64", "float32")
 IGNORE_INDEX = -100
 REASONS = {
@@ -98,7 +96,7 @@ NOT_EQUIVALENT = "accumulated training is NOT full-batch training"
 
 def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
                   ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
-                  global_batch=64, micro_batch=None, micro_batches=None, normalize="items",
+                  global_batch=64, micro_batch=None, num_micro_batches=None, normalize="items",
                   strategy="micro", steps=20, dtype="float64", seed=0):
     """``check``'s arguments, checked, as the JSON-able ``config`` of its result.
 
@@ -117,16 +115,16 @@ def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="c
         "dropout": validate.probability("dropout", dropout),
         "loss": validate.choice("loss", loss, LOSSES),
         "ignore_fraction": validate.probability("ignore_fraction", ignore_fraction),
-        "optimizer": validate.choice("optimizer", optimizer, OPTIMIZERS),
+        "optimizer": validate.choice("optimizer", optimizer, optim.OPTIMIZERS),
         "lr": validate.real("lr", lr),
         "weight_decay": validate.real("weight_decay", weight_decay),
         "clip": validate.optional(validate.real, "clip", clip, strict_low=True),
         "global_batch": validate.positive_int("global_batch", global_batch),
         "micro_batch": validate.optional(validate.positive_int, "micro_batch", micro_batch),
-        "micro_batches": validate.optional(validate.positive_int, "micro_batches",
-                                           micro_batches),
+        "num_micro_batches": validate.optional(validate.positive_int, "num_micro_batches",
+                                               num_micro_batches),
         "normalize": validate.choice("normalize", normalize, NORMALIZE),
-        "strategy": validate.choice("strategy", strategy, STRATEGIES),
+        "strategy": validate.choice("strategy", strategy, strategies.names("plain")),
         "steps": validate.positive_int("steps", steps),
         "dtype": validate.choice("dtype", dtype, DTYPES),
         "seed": validate.integer("seed", seed, low=0),
@@ -137,11 +135,11 @@ def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="c
 
 def _check_together(config):
     """What one argument allows of another."""
-    n, m, k = config["global_batch"], config["micro_batch"], config["micro_batches"]
+    n, m, k = config["global_batch"], config["micro_batch"], config["num_micro_batches"]
     if (m is None) == (k is None):
-        raise ValueError(f"give exactly one of micro_batch and micro_batches, got "
-                         f"micro_batch={m} and micro_batches={k}")
-    for name, value in (("micro_batch", m), ("micro_batches", k)):
+        raise ValueError(f"give exactly one of micro_batch and num_micro_batches, got "
+                         f"micro_batch={m} and num_micro_batches={k}")
+    for name, value in (("micro_batch", m), ("num_micro_batches", k)):
         if value is not None and value > n:
             raise ValueError(f"{name} must be at most global_batch={n}, got {value}")
     if config["loss"] == "mse" and config["ignore_fraction"] != 0:
@@ -155,7 +153,7 @@ def _check_together(config):
                          f"need 2 samples), got {n}")
     split = split_sizes(n, m, k)
     if config["norm"] == "batch" and config["strategy"] == "micro" and min(split) < 2:
-        given = f"micro_batch={m}" if m is not None else f"micro_batches={k}"
+        given = f"micro_batch={m}" if m is not None else f"num_micro_batches={k}"
         raise ValueError(f"norm='batch' with strategy='micro' needs at least 2 samples in "
                          f"every micro-batch, but {given} splits global_batch={n} into "
                          f"micro-batches as small as {min(split)}; choose another split or "
@@ -186,14 +184,12 @@ def _factories(config):
                       norm=None if config["norm"] == "none" else config["norm"],
                       dropout=config["dropout"], seed=config["seed"], dtype=config["dtype"])
 
-    lr, wd = config["lr"], config["weight_decay"]
-    rules = {"sgd": lambda ps: optim.SGD(ps, lr, weight_decay=wd),
-             "momentum": lambda ps: optim.SGD(ps, lr, momentum=0.9, weight_decay=wd),
-             "adam": lambda ps: optim.Adam(ps, lr, weight_decay=wd),
-             "adamw": lambda ps: optim.AdamW(ps, lr, weight_decay=wd)}
+    def make_optimizer(params):
+        return optim.make(config["optimizer"], params, config["lr"], config["weight_decay"])
+
     if config["loss"] == "mse":
-        return make, rules[config["optimizer"]], nn.MSELoss()
-    return make, rules[config["optimizer"]], nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
+        return make, make_optimizer, nn.MSELoss()
+    return make, make_optimizer, nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
 
 
 def relu_flips(model, x, sizes, step_index):
@@ -207,7 +203,7 @@ def relu_flips(model, x, sizes, step_index):
 
     def signs(rows, start):
         h, seen = Tensor(rows), []
-        with no_grad(), nn.dropout_keys(step_index, positions(rows, start)):
+        with no_grad(), nn.dropout_keys.rows(step_index, rows, start):
             for layer in model:
                 if isinstance(layer, nn.ReLU):
                     seen.append(backend.to_numpy(h.data) > 0)
@@ -248,7 +244,7 @@ def _predicted(config, split, data, loss):
     samples times outputs) of each micro-batch at each update."""
     ends = np.cumsum(split)
     items = [[loss.num_items(y[e - s:e, ...]) for s, e in zip(split, ends)] for _, y in data]
-    textbook = config["normalize"] == "micro_batches"
+    textbook = config["normalize"] == "micro_batch_mean"
     ignored = any(bool(np.any(y == IGNORE_INDEX)) for _, y in data)
     predicted = {
         "batchnorm": config["norm"] == "batch" and config["strategy"] == "micro"
@@ -262,7 +258,7 @@ def _predicted(config, split, data, loss):
 
 def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
           ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
-          global_batch=64, micro_batch=None, micro_batches=None, normalize="items",
+          global_batch=64, micro_batch=None, num_micro_batches=None, normalize="items",
           strategy="micro", steps=20, dtype="float64", seed=0):
     """Is accumulated training full-batch training for this set-up? The module docstring
     describes the data, the verdict and the result; ``configuration`` checks the arguments.
@@ -278,9 +274,10 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
         sizes, activation=activation, norm=norm, dropout=dropout, loss=loss,
         ignore_fraction=ignore_fraction, optimizer=optimizer, lr=lr, weight_decay=weight_decay,
         clip=clip, global_batch=global_batch, micro_batch=micro_batch,
-        micro_batches=micro_batches, normalize=normalize, strategy=strategy, steps=steps,
+        num_micro_batches=num_micro_batches, normalize=normalize, strategy=strategy, steps=steps,
         dtype=dtype, seed=seed)
-    split = split_sizes(config["global_batch"], config["micro_batch"], config["micro_batches"])
+    split = split_sizes(config["global_batch"], config["micro_batch"],
+                        config["num_micro_batches"])
     data = batches(config)
     make, make_optimizer, loss_fn = _factories(config)
     updates, flips, diverged = [], [], None

@@ -5,7 +5,7 @@ A dual encoder (two towers ``nn.MLP(sizes, ...)``, seeds ``seed`` and ``seed + 1
 for ``steps`` updates with a contrastive strategy (``minigrad.accumulate.contrastive``:
 "naive", "gradcache" or "bank", a ``Bank(size=global_batch)``) on symmetric InfoNCE
 (temperature 0.5). Each update draws ``global_batch`` pairs of ``pool`` (rows of shape
-(2, sizes[0]), e.g. ``apps.data.paired_digits``) without replacement, from
+(2, sizes[0]), e.g. ``studies.data.paired_digits``) without replacement, from
 ``numpy.random.default_rng([seed, 1])``. Before each update, at the same parameters, the
 strategy's gradient is compared with the full batch's and judged against
 ``contrastive.gradcache_bound``: equivalent when every entry is within its bound at every
@@ -30,15 +30,14 @@ import numpy as np
 
 from minigrad import nn, optim
 from minigrad.accumulate import Bank, accumulated_gradients, split_sizes, step
+from minigrad.accumulate import strategy as strategies
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
-from minigrad.analysis.contrastive import gradcache_bound
+from minigrad.analysis.contrastive_bound import gradcache_bound
 from minigrad.analysis.power import IDLE, NO_VERDICT, could_fail
 from minigrad.engine import validate
 from minigrad.nn.mlp import ACTIVATIONS
 
-STRATEGIES = ("naive", "gradcache", "bank")
 NORMS = ("none", "group", "layer")
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 DTYPES = ("float64", "float32")
 TEMPERATURE = 0.5
 REASONS = {
@@ -53,7 +52,7 @@ NOT_EQUIVALENT = "the accumulated update is NOT the full-batch update"
 
 def configuration(pool, *, sizes=None, strategy="gradcache", activation="relu", norm="none",
                   dropout=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
-                  global_batch=64, micro_batch=None, micro_batches=None, steps=20,
+                  global_batch=64, micro_batch=None, num_micro_batches=None, steps=20,
                   dtype="float64", seed=0):
     """The arguments checked, as the JSON-able ``config`` of the result. ``sizes`` defaults
     to [d, 16, 8] for pairs of width d; neither split given: micro-batches of
@@ -67,27 +66,27 @@ def configuration(pool, *, sizes=None, strategy="gradcache", activation="relu", 
         raise ValueError(f"sizes must list at least 2 widths, the first the pairs' width "
                          f"{width}, got {sizes}")
     n = validate.integer("global_batch", global_batch, low=2, high=pool.shape[0])
-    if micro_batch is None and micro_batches is None:
+    if micro_batch is None and num_micro_batches is None:
         micro_batch = -(-n // 3) + 1
-    if micro_batch is not None and micro_batches is not None:
-        raise ValueError(f"give at most one of micro_batch and micro_batches, got "
-                         f"micro_batch={micro_batch} and micro_batches={micro_batches}")
+    if micro_batch is not None and num_micro_batches is not None:
+        raise ValueError(f"give at most one of micro_batch and num_micro_batches, got "
+                         f"micro_batch={micro_batch} and num_micro_batches={num_micro_batches}")
     config = {
         "sizes": sizes,
-        "strategy": validate.choice("strategy", strategy, STRATEGIES),
+        "strategy": validate.choice("strategy", strategy, strategies.names("contrastive")),
         "activation": validate.choice("activation", activation, tuple(ACTIVATIONS)),
         "norm": validate.choice("norm", "none" if norm is None else norm, NORMS),
         "dropout": validate.probability("dropout", dropout),
-        "optimizer": validate.choice("optimizer", optimizer, OPTIMIZERS),
+        "optimizer": validate.choice("optimizer", optimizer, optim.OPTIMIZERS),
         "lr": validate.real("lr", lr),
         "weight_decay": validate.real("weight_decay", weight_decay),
         "clip": validate.optional(validate.real, "clip", clip, strict_low=True),
         "global_batch": n,
         "micro_batch": validate.optional(validate.integer, "micro_batch", micro_batch, low=1,
                                          high=n, noun=f"an integer in [1, global_batch={n}]"),
-        "micro_batches": validate.optional(validate.integer, "micro_batches", micro_batches,
-                                           low=1, high=n,
-                                           noun=f"an integer in [1, global_batch={n}]"),
+        "num_micro_batches": validate.optional(validate.integer, "num_micro_batches",
+                                               num_micro_batches, low=1, high=n,
+                                               noun=f"an integer in [1, global_batch={n}]"),
         "steps": validate.positive_int("steps", steps),
         "dtype": validate.choice("dtype", dtype, DTYPES),
         "seed": validate.integer("seed", seed, low=0),
@@ -102,20 +101,17 @@ def _factories(config):
                       norm=None if config["norm"] == "none" else config["norm"],
                       dropout=config["dropout"], seed=seed, dtype=config["dtype"])
 
-    lr, wd = config["lr"], config["weight_decay"]
-    rules = {"sgd": lambda ps: optim.SGD(ps, lr, weight_decay=wd),
-             "momentum": lambda ps: optim.SGD(ps, lr, momentum=0.9, weight_decay=wd),
-             "adam": lambda ps: optim.Adam(ps, lr, weight_decay=wd),
-             "adamw": lambda ps: optim.AdamW(ps, lr, weight_decay=wd)}
     model = nn.DualEncoder(tower(config["seed"]), tower(config["seed"] + 1))
-    return model, rules[config["optimizer"]](model.parameters())
+    return model, optim.make(config["optimizer"], model.parameters(), config["lr"],
+                             config["weight_decay"])
 
 
 def check(pool, **options):
     """Is the accumulated update of ``strategy`` the full-batch update, update by update?
     See the module docstring; ``configuration`` checks ``options``."""
     config = configuration(pool, **options)
-    split = split_sizes(config["global_batch"], config["micro_batch"], config["micro_batches"])
+    split = split_sizes(config["global_batch"], config["micro_batch"],
+                        config["num_micro_batches"])
     model, opt = _factories(config)
     loss = nn.InfoNCELoss(temperature=TEMPERATURE, symmetric=True)
     bank = Bank(size=config["global_batch"]) if config["strategy"] == "bank" else None

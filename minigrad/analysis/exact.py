@@ -92,7 +92,7 @@ def _exact_batch(x, y, sizes, name=""):
 def gradients_equal(model_factory, x, y, sizes, normalize="items"):
     """Whether the exact accumulated gradient over ``sizes`` ``==`` the full-batch one.
 
-    With ``normalize="micro_batches"`` (the textbook loop) it is equal exactly when all
+    With ``normalize="micro_batch_mean"`` (the textbook loop) it is equal exactly when all
     micro-batches have the same size.
 
     Returns ``(equal, accumulated, full)`` with the two ``name -> array`` dicts.

@@ -89,9 +89,9 @@ def theoretical_peak(model, loss_fn, optimizer, x, sizes):
                                  {(n, j > 0) for j, n in enumerate(sizes)})
 
 
-def peak_of_micro_batches(model, loss_fn, optimizer, dtype, micro_batches):
+def peak_of_micro_batches(model, loss_fn, optimizer, dtype, pairs):
     """``theoretical_peak`` for arguments it covers, unchecked, from the micro-batches as a
-    set of ``(size, later)`` pairs (``later``: not the window's first, so the sum so far
+    set of ``(size, later)`` ``pairs`` (``later``: not the window's first, so the sum so far
     is alive beside it) and the data's ``dtype``: what the planner evaluates thousands of
     times, once per split and choice of recomputed runs."""
     linears = list(model)[::2]
@@ -105,7 +105,7 @@ def peak_of_micro_batches(model, loss_fn, optimizer, dtype, micro_batches):
     head = HEAD_ARRAYS[type(as_loss(loss_fn))]
     segment = _recomputed(model)
     peak = _update_peak(optimizer, total)
-    for n, later in micro_batches:
+    for n, later in pairs:
         walk = [n * s * (sum(_kept(hidden, segment)) + head * classes)]
         for i, d in enumerate(hidden):
             above = sum(grads[i + 1:])

@@ -71,7 +71,7 @@ def work(model, runs):
                for k in range(first, last + 1))
 
 
-def micro_batches(n, m):
+def split_pairs(n, m):
     """The ``(size, later)`` pairs of ``split_sizes(n, micro_batch_size=m)`` (what
     ``memory.peak_of_micro_batches`` takes), without building the list: the first, the
     full ones after it, the remainder."""
@@ -91,7 +91,7 @@ def _largest_by_theory(model, loss_fn, optimizer, x, budget):
 
     def fits(m):
         return peak_of_micro_batches(model, loss_fn, optimizer, x.dtype,
-                                     micro_batches(n, m)) <= budget
+                                     split_pairs(n, m)) <= budget
 
     if not fits(1):
         return 0

@@ -1,13 +1,13 @@
-"""The applications: the ``minigrad`` command line, the data sets it trains on, and the
-notebooks' figures (``plotting``; matplotlib is imported only when a figure is made).
+"""The ``minigrad`` command line: ``cli`` (the entry point and ``plan``), ``demo``,
+``check_command``, ``precision_command``, ``mpi_demo``, and ``args`` (their argument types).
 
-Each module is imported on first use (PEP 562): ``minigrad.data`` loads the data sets
-without the command line, and the command line loads no figures.
+Each module is imported on first use (PEP 562): the command line loads only what the
+command it runs needs.
 """
 
 import importlib
 
-__all__ = ["cli", "data", "plotting"]
+__all__ = ["args", "check_command", "cli", "demo", "mpi_demo", "precision_command"]
 
 
 def __getattr__(name):

@@ -11,7 +11,9 @@ import functools
 import json
 import re
 
+from minigrad import optim
 from minigrad.accumulate import NORMALIZE
+from minigrad.accumulate import strategy as strategies
 from minigrad.analysis import check, contrastive_check
 from minigrad.analysis.power import NO_VERDICT
 from minigrad.analysis.trajectory import Diverged
@@ -45,10 +47,12 @@ examples:
 # the exit status of each verdict: IS, NOT, no verdict (argparse exits 2 on a bad argument)
 STATUS = {True: 0, False: 1, None: 3}
 
-# check's argument names, as flags (messages about two arguments name both)
-FLAGS = ("sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
-         "weight_decay", "clip", "global_batch", "micro_batch", "micro_batches", "normalize",
-         "strategy", "steps", "dtype", "seed")
+# check's argument names -> their flags (messages about two arguments name both)
+FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
+    "weight_decay", "clip", "global_batch", "micro_batch", "normalize", "strategy", "steps",
+    "dtype", "seed")}
+FLAGS["num_micro_batches"] = "--micro-batches"
 
 
 def register(commands):
@@ -73,7 +77,7 @@ def register(commands):
     p.add_argument("--ignore-fraction", default=0.0,
                    type=number(float, validate.probability, "--ignore-fraction"),
                    help="share of cross-entropy targets set to ignore_index -100" + default)
-    p.add_argument("--optimizer", choices=check.OPTIMIZERS, default="sgd",
+    p.add_argument("--optimizer", choices=optim.OPTIMIZERS, default="sgd",
                    help="momentum is SGD with momentum 0.9" + default)
     p.add_argument("--lr", type=rate("--lr"), default=0.01,
                    help="learning rate" + default)
@@ -87,12 +91,14 @@ def register(commands):
     split.add_argument("--micro-batch", type=count("--micro-batch"),
                        help="samples per micro-batch (the last may be smaller)")
     split.add_argument("--micro-batches", type=count("--micro-batches"),
+                       dest="num_micro_batches", metavar="MICRO_BATCHES",
                        help="number of near-equal micro-batches")
     p.add_argument("--normalize", choices=NORMALIZE, default="items",
-                   help="items: divide once by the update's items; micro_batches: the "
+                   help="items: divide once by the update's items; micro_batch_mean: the "
                         "textbook mean per micro-batch over their count; sum: no division"
                         + default)
-    p.add_argument("--strategy", choices=(*check.STRATEGIES, *contrastive_check.STRATEGIES),
+    kinds = ("plain", "contrastive")  # minigrad.accumulate.strategy.STRATEGIES, by kind
+    p.add_argument("--strategy", choices=[n for kind in kinds for n in strategies.names(kind)],
                    help="how a window is run: micro (each micro-batch alone, the default), "
                         "exact_batchnorm (BatchNorm with the global batch's statistics); "
                         "with --loss contrastive: naive, gradcache (the default) or bank")
@@ -110,11 +116,11 @@ def run(args):
     combination of values, or a full-batch run that diverges, exits 2 through ``args.error``."""
     if args.loss == "contrastive":
         return _run_contrastive(args)
-    if args.strategy in contrastive_check.STRATEGIES:
+    if args.strategy in strategies.names("contrastive"):
         args.error(f"--strategy {args.strategy} is for --loss contrastive, got --loss {args.loss}")
     if args.sizes is None:
         args.error("the following arguments are required: --sizes")
-    if args.micro_batch is None and args.micro_batches is None:
+    if args.micro_batch is None and args.num_micro_batches is None:
         args.error("one of the arguments --micro-batch --micro-batches is required")
     args.strategy = args.strategy or "micro"
     options = {name: getattr(args, name) for name in FLAGS}
@@ -140,13 +146,13 @@ def _run_contrastive(args):
         if value != allowed:
             args.error(f"{flag} must be {allowed} with --loss contrastive, got {value}")
     try:
-        from minigrad.apps.data import paired_digits
+        from minigrad.studies.data import paired_digits
 
         pool = paired_digits(seed=args.seed)[0]
     except ImportError as err:
         args.error(f"--loss contrastive trains on scikit-learn's digits: {err}")
     names = ("sizes", "activation", "norm", "dropout", "optimizer", "lr", "weight_decay", "clip",
-             "global_batch", "micro_batch", "micro_batches", "steps", "dtype", "seed")
+             "global_batch", "micro_batch", "num_micro_batches", "steps", "dtype", "seed")
     options = {name: getattr(args, name) for name in names}
     options["strategy"] = args.strategy or "gradcache"
     try:
@@ -178,7 +184,7 @@ def _as_flags(message):
 
     def flag(match):
         name, value = match[1], match[2] or match[3]
-        text = "--" + name.replace("_", "-")
+        text = FLAGS[name]
         return text if value is None else f"{text} {value}"
 
     return re.sub(rf"(?<![\w'-])({names})(?:='([^']*)'|=([^\s,;)]+))?(?![\w'])", flag, message)

@@ -29,7 +29,7 @@ from minigrad.analysis import memory
 from minigrad.analysis.bounds import flat
 from minigrad.analysis.metrics import eval_accuracy
 from minigrad.analysis.trajectory import trajectory_bounds
-from minigrad.apps import data as datasets
+from minigrad.studies import data as datasets
 
 GLOBAL_BATCH = 128
 SPLIT = [48, 48, 20, 12]  # uneven on purpose: the textbook rule weighs 12 samples like 48
@@ -44,7 +44,7 @@ EQUIVALENT = {None: {"sizes": SPLIT}, "batch": EXACT, "group": {"sizes": SPLIT}}
 RUNS = [
     ("no norm, full batch", None, None),
     ("no norm, item-weighted", None, {"sizes": SPLIT}),
-    ("no norm, textbook mean", None, {"sizes": SPLIT, "normalize": "micro_batches"}),
+    ("no norm, textbook mean", None, {"sizes": SPLIT, "normalize": "micro_batch_mean"}),
     ("BatchNorm, full batch", "batch", None),
     ("BatchNorm, accumulated", "batch", {"sizes": SPLIT}),
     ("BatchNorm, exact mode", "batch", EXACT),

@@ -9,9 +9,9 @@ item count once per update. Rank 0 also trains the same model in one process on 
 batch and, after every update, judges the parameter gap by the floating-point bound of
 ``minigrad.analysis.trajectory`` (the accumulation bound holds for any order of the sums, the
 all-reduce's included). Beside it, one process simulates what averaging each rank's MEAN
-gradient would do (``accumulate.step(sizes=shards, normalize="micro_batches")``): wrong for
+gradient would do (``accumulate.step(sizes=shards, normalize="micro_batch_mean")``): wrong for
 uneven shards. Last, it counts what one update communicates, for several numbers of
-micro-batches per rank (``minigrad.analysis.communication``).
+micro-batches per rank (``minigrad.studies.communication``).
 """
 
 import argparse
@@ -27,12 +27,12 @@ import numpy as np
 from minigrad import accumulate, nn, optim
 from minigrad.accumulate import distributed
 from minigrad.analysis.bounds import flat, unit_roundoff
-from minigrad.analysis.communication import traffic
 from minigrad.analysis.metrics import eval_accuracy
 from minigrad.analysis.trajectory import TrajectoryReplay
-from minigrad.apps import data as datasets
 from minigrad.apps.args import number
 from minigrad.engine import validate
+from minigrad.studies import data as datasets
+from minigrad.studies.communication import traffic
 
 GLOBAL_BATCH = 128
 SIZES = [64, 32, 10]
@@ -165,7 +165,7 @@ def main(args, comm=None):
         naive_opt = make_opt(naive.parameters())
         for x, y in data:
             accumulate.step(naive, loss, naive_opt, x, y, sizes=shards,
-                            normalize="micro_batches")
+                            normalize="micro_batch_mean")
         _print(args, rows, (full, model, naive), (x_test, y_test), shards, counted, equivalent)
     return 0 if equivalent else 1
 
@@ -209,7 +209,7 @@ def _print(args, rows, models, test, shards, counted, equivalent):
     print(f"{'micro-batches per rank':>24}{'Allreduce':>11}{'bytes':>9}{'allgather':>11}"
           f"{'bytes':>9}")
     for r in counted:
-        print(f"{r['micro_batches']:>24}{r['Allreduce']:>11}{r['Allreduce_bytes']:>9}"
+        print(f"{r['num_micro_batches']:>24}{r['Allreduce']:>11}{r['Allreduce_bytes']:>9}"
               f"{r['allgather']:>11}{r['allgather_bytes']:>9}")
 
 

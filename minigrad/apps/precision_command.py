@@ -1,19 +1,19 @@
 """``minigrad precision``: how precise is a window's gradient sum in each buffer?
 
 ``register(commands)`` adds the sub-command to the ``minigrad`` parser; ``run(args)`` prints
-the table of ``minigrad.analysis.precision`` (dtype x accumulator x order x loss scale x K)
+the table of ``minigrad.studies.precision.sums`` (dtype x accumulator x order x loss scale x K)
 and writes it as JSON with ``--json PATH``.
 """
 
 import argparse
 import json
 
-from minigrad.analysis import precision
 from minigrad.apps.args import number
 from minigrad.engine import validate
+from minigrad.studies.precision import sums as precision
 
 DESCRIPTION = """\
-Sum K seeded micro-batch gradient sums (random signs; minigrad.analysis.precision) the way
+Sum K seeded micro-batch gradient sums (random signs; minigrad.studies.precision.sums) the way
 minigrad.accumulate.Precision does, in every buffer (param, float32, kahan) and order
 (sum_then_divide, divide_then_sum), without and with a loss scale of 2^8, and compare each
 mean gradient with the exact (Fraction) one. Columns: the rms error relative to the rms

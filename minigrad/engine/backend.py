@@ -224,6 +224,26 @@ def as_array(data, *, xp=None, dtype=None, device=None):
     return data
 
 
+def like(value, target, name):
+    """``value`` as an array like the array ``target``: moved to its namespace and device,
+    cast to its dtype (a copy) and of its shape; errors name ``value`` as ``name``. How a
+    saved state is loaded into a model, an optimizer or an accumulator, wherever it was saved.
+
+    >>> import numpy as np
+    >>> like([1, 2], np.zeros(2, dtype=np.float32), "state").dtype
+    dtype('float32')
+    """
+    xp = get_namespace(target)
+    try:
+        value = as_array(value, xp=xp, device=device(target))
+    except TypeError as err:
+        raise TypeError(f"{name}: {err}") from None
+    if tuple(value.shape) != tuple(target.shape):
+        raise ValueError(f"{name} has shape {tuple(value.shape)}, expected "
+                         f"{tuple(target.shape)}")
+    return xp.astype(value, target.dtype, copy=True)
+
+
 def is_numeric(xp, x):
     """Whether ``x`` holds numbers: a bool, integer, floating or complex dtype, or an exact
     (object) array whose every element is a ``Fraction`` or an int."""

@@ -1,9 +1,9 @@
 """The reverse walk over the graph of Tensors, and the one place broadcasting is undone.
 
-A node is a Tensor: ``_parents`` (its inputs) and ``_backward`` (``g`` -> one gradient per
-input, written beside each primitive's forward in ``minigrad.engine.tensor``); a leaf has no
-``_backward``. A one-input backward returns a bare gradient, wrapped here once.
-Nothing here depends on what the primitives are.
+A node is a Tensor: ``_parents`` (its inputs), ``_backward`` (``g`` -> one gradient per
+input, written beside each primitive's forward in ``minigrad.engine.primitives``) and ``_op``
+(the primitive's name, for messages); a leaf has no ``_backward``. A one-input backward
+returns a bare gradient, wrapped here once. Nothing here depends on what the primitives are.
 """
 
 from contextlib import ContextDecorator
@@ -190,10 +190,11 @@ def _stale(node):
     (an optimizer's step between the forward and the backward pass), so its backward would
     use the new values; PyTorch refuses this too ("modified by an inplace operation")."""
     changed = next(t for t, v in zip(node._parents, node._versions) if t._version != v)
-    raise RuntimeError(f"a tensor of shape {changed.shape} that this graph used was updated in "
-                       f"place after the forward pass (an optimizer step between forward and "
-                       f"backward): its gradient would use the new values. Run the forward "
-                       f"pass again after the step; nothing was written to .grad")
+    raise RuntimeError(f"a tensor of shape {changed.shape}, an input of this graph's "
+                       f"{node._op!r} node, was updated in place after the forward pass (an "
+                       f"optimizer step between forward and backward): its gradient would use "
+                       f"the new values. Run the forward pass again after the step; nothing "
+                       f"was written to .grad")
 
 
 def _freed(g):

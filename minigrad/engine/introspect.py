@@ -1,10 +1,9 @@
 """Look at a recorded graph: the nodes below a Tensor, the operation that made each, its inputs.
 
-A node is a Tensor (``minigrad.engine.graph``): ``_parents`` are its inputs and ``_backward``
-is the closure its primitive returned beside the forward. Python names such a closure after
-the function that defined it (``Tensor.__mul__.<locals>.backward``,
-``log_softmax.<locals>.backward``), so ``op_name`` reads the primitive's name from there:
-no primitive has to register a name. Leaves (inputs, parameters, constants) have no backward.
+A node is a Tensor (``minigrad.engine.graph``): ``_parents`` are its inputs, ``_backward``
+is the closure its primitive returned beside the forward, and ``_op`` the name the primitive
+gave it (``primitive(..., name="mul")``), which ``op_name`` reads. Leaves (inputs,
+parameters, constants) have no backward and no name.
 
 >>> from minigrad import Tensor
 >>> a, b = Tensor([1.0, -2.0], requires_grad=True), Tensor([3.0, 4.0])
@@ -20,11 +19,6 @@ from dataclasses import dataclass
 
 from minigrad.engine import graph
 from minigrad.engine.tensor import Tensor
-
-# Method names of Tensor's operators, and _matmul, as the short names people write.
-_SHORT = {"__add__": "add", "__mul__": "mul", "__truediv__": "div", "__neg__": "neg",
-          "__pow__": "pow", "__rpow__": "rpow", "_matmul": "matmul",
-          "_cross_entropy": "cross_entropy"}
 
 
 @dataclass(frozen=True)
@@ -54,15 +48,11 @@ def op_name(tensor):
     for a leaf, ``"freed"`` after a backward released it."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"tensor must be a minigrad Tensor, got {type(tensor).__name__}")
-    backward = tensor._backward
-    if backward is None:
+    if tensor._backward is None:
         return None
-    if backward is graph._freed:
+    if tensor._backward is graph._freed:
         return "freed"
-    qualname = getattr(backward, "__qualname__", type(backward).__name__)
-    owner = qualname.rsplit(".<locals>.", 1)[0]  # "Tensor.__mul__", "log_softmax", "f.cube"
-    name = owner.rsplit(".", 1)[-1]
-    return _SHORT.get(name, name)
+    return tensor._op
 
 
 def nodes(root, names=None):

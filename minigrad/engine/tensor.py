@@ -1,9 +1,12 @@
-"""Tensor: an array plus the reverse-mode graph that produced it.
+"""Tensor: an array plus the reverse-mode graph that produced it; ``primitive``, the one
+way a graph node is made; ``lift``, a value as a Tensor to combine with another.
 
 Each primitive computes its forward value and, right beside it, a ``backward(g)`` that
 maps the gradient ``g`` of the output to one gradient per input (``None`` where an input
-needs none). The reverse walk itself is in ``minigrad.engine.graph``, and so is the ONE place
-where broadcasting is undone; no primitive sums over broadcast axes itself.
+needs none). The primitives live in ``minigrad.engine.primitives``, one module per family,
+and are Tensor's operators (``x * y`` is ``primitives.arithmetic.mul(x, y)``). The reverse
+walk itself is in ``minigrad.engine.graph``, and so is the ONE place where broadcasting is
+undone; no primitive sums over broadcast axes itself.
 
 >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
 >>> (x * x).sum().backward()
@@ -11,29 +14,22 @@ where broadcasting is undone; no primitive sums over broadcast axes itself.
 array([2., 4., 6.])
 """
 
-import numbers
 import operator
 from functools import partialmethod
 
 from minigrad.engine import backend, graph, shapes, validate
 from minigrad.engine.graph import is_grad_enabled, no_grad
 
-__all__ = ["Parameter", "Tensor", "is_grad_enabled", "no_grad", "primitive"]
-
-
-def _power(x, p):
-    """``x ** p``, exact for p = 1 and correctly rounded for p = 2 on every namespace, as
-    NumPy computes them (a copy and ``square``): CUDA's ``pow`` is only within 2 ulps, so on
-    CuPy ``3.0 ** 1`` need not be 3.0, nor the gradient of ``x ** 2`` exactly ``2 x``."""
-    if p == 1:
-        return x * 1
-    if p == 2:
-        return x * x
-    return x**p
+__all__ = ["Parameter", "Tensor", "is_grad_enabled", "lift", "no_grad", "primitive"]
 
 
 class Tensor:
     """An array of any array-API namespace, with ``.grad`` and a node in the graph.
+
+    Its operators and methods that record a node are the primitives of
+    ``minigrad.engine.primitives`` (``+ * / ** -x @``, ``exp``, ``log``, ``sqrt``, ``tanh``,
+    ``relu``, ``sum``, ``reshape``, ``transpose``), attached there by name; the rest
+    (``-``, ``mean``, ``.T``, the reflected operators) are composed of them here.
 
     >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     >>> y = (x * x).sum()  # y = sum x_i^2, so dy/dx = 2x
@@ -44,6 +40,7 @@ class Tensor:
 
     _version = 0  # bumped when an optimizer writes the array in place (see graph._walk)
     _versions = ()  # a node's: its inputs' versions when it was computed
+    _op = None  # a node's: the name its primitive gave it ("mul", "relu", ...)
 
     def __init__(self, data, requires_grad=False, *, dtype=None, xp=None, device=None):
         if isinstance(data, Tensor):
@@ -58,25 +55,6 @@ class Tensor:
         self.grad = None
         self._parents = ()
         self._backward = None
-
-    # ----- graph construction ---------------------------------------------------------
-    def _lift(self, other):
-        """``other`` as a Tensor of this namespace and device. Python numbers and lists take
-        this tensor's dtype when it is floating (no float32 -> float64 promotion); next to an
-        integer tensor they keep their own kind, so ``int_tensor * 0.5`` is floating."""
-        if not isinstance(other, Tensor):
-            keep = backend.is_differentiable(self.xp, self.data)
-            try:
-                if isinstance(other, (int, float)) or not backend.is_array(other):
-                    other = backend.as_array(other, xp=self.xp, device=self.device,
-                                             dtype=self.dtype if keep else None)
-            except TypeError as err:
-                raise TypeError(f"cannot combine a Tensor with {type(other).__name__}: "
-                                f"{err}") from None
-            other = Tensor(other)
-        if other.xp is not self.xp:
-            backend.get_namespace(self.data, other.data)  # raises TypeError naming both
-        return other
 
     # ----- properties ------------------------------------------------------------------
     shape = property(lambda self: tuple(self.data.shape))
@@ -110,157 +88,33 @@ class Tensor:
         """The same array, cut from the graph."""
         return Tensor(self.data)
 
-    # ----- elementwise arithmetic --------------------------------------------------------
-    def __add__(self, other):
-        other = self._lift(other)
-        out = shapes.broadcasting(operator.add, self.data, other.data, "+")
-        return primitive(out, (self, other), lambda g: (g, g))
-
+    # ----- composed of primitives (the primitives themselves: minigrad.engine.primitives) --
     def __sub__(self, other):
-        return self + (-self._lift(other))  # negation is exact: the same bits as x - y
-
-    def __mul__(self, other):
-        other = self._lift(other)
-        x, y = self.data, other.data
-        out = shapes.broadcasting(operator.mul, x, y, "*")
-
-        def backward(g):
-            return g * y, g * x
-
-        return primitive(out, (self, other), backward)
-
-    def __truediv__(self, other):
-        # A primitive, not self * (1 / other): that would round twice.
-        other = self._lift(other)
-        y = other.data
-        out = shapes.broadcasting(operator.truediv, self.data, y, "/")
-
-        def backward(g):
-            gx = g / y
-            return gx, -gx * out
-
-        return primitive(out, (self, other), backward)
-
-    def __neg__(self):
-        return primitive(-self.data, (self,), lambda g: -g)
-
-    def __pow__(self, p):
-        if isinstance(p, bool) or not isinstance(p, numbers.Real):
-            raise TypeError(f"exponent must be a real number, got {type(p).__name__} (a "
-                            "Tensor exponent works as base ** tensor with a number base)")
-        p = int(p) if isinstance(p, numbers.Integral) else float(p)
-        x = self.data
-        return primitive(_power(x, p), (self,),
-                         lambda g: g * (p * _power(x, p - 1)) if p != 0 else g * 0.0)
-
-    def __rpow__(self, base):
-        """``base ** self`` for a number ``base``: d/dt c^t = c^t log c."""
-        if isinstance(base, bool) or not isinstance(base, numbers.Real):
-            raise TypeError(f"base must be a real number, got {type(base).__name__}")
-        xp = self.xp
-        c = xp.asarray(float(base), dtype=self.dtype, device=self.device)
-        out = c**self.data
-        return primitive(out, (self,), lambda g: g * out * xp.log(c))
+        return self + (-lift(other, like=self))  # negation is exact: the same bits as x - y
 
     def __radd__(self, other):
-        return self._lift(other) + self
+        return lift(other, like=self) + self
 
     def __rsub__(self, other):
-        return self._lift(other) - self
+        return lift(other, like=self) - self
 
     def __rmul__(self, other):
-        return self._lift(other) * self
+        return lift(other, like=self) * self
 
     def __rtruediv__(self, other):
-        return self._lift(other) / self
+        return lift(other, like=self) / self
 
-    # ----- elementwise functions ---------------------------------------------------------
-    def exp(self):
-        out = self.xp.exp(self.data)
-        return primitive(out, (self,), lambda g: g * out)
-
-    def log(self):
-        x = self.data
-        return primitive(self.xp.log(x), (self,), lambda g: g / x)
-
-    def sqrt(self):
-        out = self.xp.sqrt(self.data)
-        return primitive(out, (self,), lambda g: g / (2.0 * out))
-
-    def tanh(self):
-        out = self.xp.tanh(self.data)
-
-        def backward(g):
-            return g * (1.0 - out * out)
-
-        return primitive(out, (self,), backward)
-
-    def relu(self):
-        """max(x, 0); relu'(0) = 0 as in PyTorch.
-
-        The backward multiplies by a 0/1 mask instead of calling ``where``: NumPy's
-        ``where`` is ~10x slower than a multiply (see benchmarks/). The one difference from
-        torch: an inf or NaN upstream gradient at an inactive unit gives NaN here, 0 there.
-        The mask is made from the output (out > 0 exactly where x > 0) when the backward
-        runs, as torch's threshold_backward does: the graph keeps no mask beside the output.
-        """
-        xp, x = self.xp, self.data
-        # A 0-d zero, broadcast: no array of zeros the size of x
-        out = xp.maximum(x, xp.zeros((), dtype=x.dtype, device=backend.device(x)))
-
-        def backward(g):
-            mask = xp.astype(out > 0, xp.result_type(g, out))
-            mask *= g  # in place: the product takes the mask's memory, no third array
-            return mask
-
-        return primitive(out, (self,), backward)
-
-    # ----- reductions and shape ------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False):
-        xp, shape = self.xp, self.shape
-        axis = shapes.reduced_axes(axis, self.ndim, "sum")
-        keepdims = validate.boolean("keepdims", keepdims)
-
-        def backward(g):
-            if not keepdims:
-                g = xp.reshape(g, graph.kept_shape(shape, axis))
-            return xp.broadcast_to(g, shape)
-
-        return primitive(xp.sum(self.data, axis=axis, keepdims=keepdims), (self,), backward)
+    def __rmatmul__(self, other):
+        return lift(other, like=self) @ self
 
     def mean(self, axis=None, keepdims=False):
         axis = shapes.reduced_axes(axis, self.ndim, "mean")
         count = graph.reduced_count(self.shape, axis)
         return self.sum(axis=axis, keepdims=keepdims) / count
 
-    def reshape(self, *shape):
-        xp, old = self.xp, self.shape
-        shape = shapes.reshaped(shape, self.size, old)
-        return primitive(xp.reshape(self.data, shape), (self,), lambda g: xp.reshape(g, old))
-
-    def transpose(self, axes=None):
-        """Permute the axes (reverse them when ``axes`` is None), like ``numpy.transpose``."""
-        xp = self.xp
-        axes = shapes.permutation(axes, self.ndim)
-        inverse = shapes.inverse(axes)
-        return primitive(xp.permute_dims(self.data, axes), (self,),
-                         lambda g: xp.permute_dims(g, inverse))
-
-    def __matmul__(self, other):
-        other = self._lift(other)
-        shape = shapes.matmul(self.shape, other.shape)
-        # A 1-d operand is a (1, k) row or a (k, 1) column, and that axis is dropped after.
-        a = self if self.ndim > 1 else self.reshape(1, self.shape[0])
-        b = other if other.ndim > 1 else other.reshape(other.shape[0], 1)
-        out = _matmul(a, b)
-        return out.reshape(shape) if self.ndim == 1 or other.ndim == 1 else out
-
-    def __rmatmul__(self, other):
-        return self._lift(other) @ self
-
     # ----- comparisons (no gradient) -------------------------------------------------------
     def _compare(self, other, op):
-        return Tensor(shapes.broadcasting(op, self.data, self._lift(other).data, op.__name__))
+        return Tensor(shapes.broadcasting(op, self.data, lift(other, like=self).data, op.__name__))
 
     __lt__ = partialmethod(_compare, op=operator.lt)
     __le__ = partialmethod(_compare, op=operator.le)
@@ -285,16 +139,46 @@ class Tensor:
         graph.backward(self, graph.seed(self, gradient), retain_graph=retain_graph)
 
 
-def primitive(data, inputs, backward):
-    """A new primitive's result: the Tensor holding ``data``, computed from ``inputs``.
+def lift(value, *, like):
+    """``value`` as a Tensor of ``like``'s namespace and device, to be combined with ``like``
+    (as ``like * value`` does with it). A Tensor is returned as it is; Python numbers and
+    lists take ``like``'s dtype when it is floating (no float32 -> float64 promotion); next
+    to an integer tensor they keep their own kind, so ``int_tensor * 0.5`` is floating. A
+    Tensor or array of another namespace raises ``TypeError`` naming both.
+
+    >>> x = Tensor([1.0, 2.0], dtype="float32")
+    >>> lift(3, like=x)
+    Tensor(array(3., dtype=float32))
+    """
+    if not isinstance(like, Tensor):
+        raise TypeError(f"like must be a minigrad Tensor, got {type(like).__name__}")
+    if not isinstance(value, Tensor):
+        keep = backend.is_differentiable(like.xp, like.data)
+        try:
+            if isinstance(value, (int, float)) or not backend.is_array(value):
+                value = backend.as_array(value, xp=like.xp, device=like.device,
+                                         dtype=like.dtype if keep else None)
+        except TypeError as err:
+            raise TypeError(f"cannot combine a Tensor with {type(value).__name__}: "
+                            f"{err}") from None
+        value = Tensor(value)
+    if value.xp is not like.xp:
+        backend.get_namespace(like.data, value.data)  # raises TypeError naming both
+    return value
+
+
+def primitive(data, inputs, backward, *, name):
+    """A new primitive's result: the Tensor holding ``data``, computed from ``inputs`` by the
+    operation ``name`` (what a drawn graph and ``introspect`` show: ``"mul"``, ``"relu"``).
 
     ``backward(g)`` maps the gradient of the result to the gradient of each input: a bare
     array when there is one input, a tuple otherwise (``None`` where an input needs none).
     The reverse walk undoes broadcasting, so a backward returns gradients of the result's
-    shape where an input was broadcast. This is the one way to define a primitive:
+    shape where an input was broadcast. This is the one way to define a primitive; every
+    primitive says what it is, so ``name`` has no default:
 
     >>> def cube(x):
-    ...     return primitive(x.data ** 3, (x,), lambda g: g * 3 * x.data ** 2)
+    ...     return primitive(x.data ** 3, (x,), lambda g: g * 3 * x.data ** 2, name="cube")
     >>> x = Tensor([2.0], requires_grad=True)
     >>> cube(x).sum().backward()
     >>> x.grad
@@ -307,6 +191,9 @@ def primitive(data, inputs, backward):
     if not callable(backward):
         raise TypeError(f"backward must be a function g -> input gradients, got "
                         f"{type(backward).__name__}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name of a primitive must be a non-empty str, the operation a graph "
+                        f"shows (e.g. name='cube'), got {type(name).__name__} {name!r}")
     first = inputs[0]
     if not hasattr(data, "shape"):
         # NumPy object (Fraction) arrays give bare scalars for 0-d results.
@@ -318,6 +205,7 @@ def primitive(data, inputs, backward):
     out._backward = backward if out.requires_grad else None
     if out.requires_grad:
         out._versions = tuple(t._version for t in inputs)
+        out._op = name
     return out
 
 
@@ -337,22 +225,3 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return f"Parameter({self.data!r})"
-
-
-def _matmul(a, b):
-    xp = a.xp
-    x, y = a.data, b.data
-
-    def backward(g):
-        gx = g @ xp.matrix_transpose(y) if a.requires_grad else None
-        if not b.requires_grad:
-            return gx, None
-        if x.ndim == 2 and backend.is_column_major(y):
-            # PyTorch's rule (mm_mat2_backward): a column-major y, such as the W.T of a
-            # Linear layer, gets a column-major gradient (g^T x)^T, the same products, so
-            # that W's own gradient is row-major like W. Mixing layouts makes NumPy's
-            # elementwise ops in the optimizer run through a buffer: slower, and bigger.
-            return gx, xp.matrix_transpose(xp.matrix_transpose(g) @ x)
-        return gx, xp.matrix_transpose(x) @ g
-
-    return primitive(x @ y, (a, b), backward)

@@ -8,12 +8,12 @@ from minigrad.nn.layers import GELU, Identity, Linear, ReLU, Sequential, Sigmoid
 from minigrad.nn.loss import CrossEntropyLoss, MSELoss
 from minigrad.nn.mlp import MLP
 from minigrad.nn.module import Module
-from minigrad.nn.norm import BatchNorm1d, GroupNorm, LayerNorm
+from minigrad.nn.norm import BatchNorm1d, GhostBatchNorm1d, GroupNorm, LayerNorm
 from minigrad.nn.recomputation import Recompute, recompute
 
 __all__ = [
-    "BatchNorm1d", "CrossEntropyLoss", "Dropout", "DualEncoder", "GELU", "GroupNorm", "Identity",
-    "InfoNCELoss", "LayerNorm", "Linear", "MLP", "MSELoss", "Module", "Parameter", "ReLU",
-    "Recompute", "Sequential", "Sigmoid", "Tanh", "dropout_keys", "functional", "info_nce",
-    "pairs", "recompute",
+    "BatchNorm1d", "CrossEntropyLoss", "Dropout", "DualEncoder", "GELU", "GhostBatchNorm1d",
+    "GroupNorm", "Identity", "InfoNCELoss", "LayerNorm", "Linear", "MLP", "MSELoss", "Module",
+    "Parameter", "ReLU", "Recompute", "Sequential", "Sigmoid", "Tanh", "dropout_keys",
+    "functional", "info_nce", "pairs", "recompute",
 ]

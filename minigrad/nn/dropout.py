@@ -9,7 +9,7 @@ global sample indices, so accumulated training draws the full batch's masks.
 
 from contextlib import ContextDecorator
 
-from minigrad.engine import validate
+from minigrad.engine import backend, validate
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
 
@@ -28,6 +28,17 @@ class dropout_keys(ContextDecorator):  # used like a function: with dropout_keys
         self.keys = (int(step), sample_index)
         self._previous = []  # the keys before each entry still open, innermost last
 
+    @classmethod
+    def rows(cls, step, x, start=0):
+        """The keys of the rows of the array ``x`` as the samples ``start, start + 1, ...`` of
+        a batch: the masks they draw in that whole batch.
+
+        >>> import numpy as np
+        >>> dropout_keys.rows(3, np.zeros((2, 4)), start=5).keys
+        (3, array([5, 6]))
+        """
+        return cls(step, positions(x, start))
+
     def __enter__(self):
         global _keys
         # One statement, the keys last: no interrupt falls between saving and setting them.
@@ -36,6 +47,13 @@ class dropout_keys(ContextDecorator):  # used like a function: with dropout_keys
     def __exit__(self, *exc_info):
         global _keys
         _keys = self._previous.pop()
+
+
+def positions(x, start=0):
+    """The global positions ``start, start + 1, ...`` of the samples (rows) of the array
+    ``x``, on ``x``'s device."""
+    xp = backend.get_namespace(x)
+    return xp.arange(start, start + x.shape[0], device=backend.device(x))
 
 
 def current_keys():

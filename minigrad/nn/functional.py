@@ -1,16 +1,18 @@
-"""Composite functions built from the engine's primitives (PyTorch semantics).
+"""Functions on Tensors (PyTorch semantics), built from the engine's primitives.
 
-Three are primitives of their own, fused so that logits of +-1e4 give finite values and
-gradients: ``log_softmax``, ``sigmoid`` and ``cross_entropy`` (one node for the loss of a
-batch, where the composite of log_softmax, a gather, a mask and the reduction takes eight).
-Everything else needs no backward code.
+Three end in a fused primitive of the engine (``minigrad.engine.primitives``), so that
+logits of +-1e4 give finite values and gradients: ``sigmoid``, ``log_softmax`` and
+``cross_entropy`` (one node for the loss of a batch, where the composite of log_softmax, a
+gather, a mask and the reduction takes eight). Everything else needs no backward code.
 """
 
 import math
 from dataclasses import dataclass
 
 from minigrad.engine import backend, validate
-from minigrad.engine.tensor import Tensor, primitive
+from minigrad.engine.primitives import elementwise
+from minigrad.engine.primitives import softmax as fused  # not this module's softmax()
+from minigrad.engine.tensor import Tensor, lift
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -46,21 +48,9 @@ def tanh(x):
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)); backward g * s * (1 - s).
-
-    A primitive of its own, for accuracy at both ends: with e = exp(-|x|) <= 1 it is
-    1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, so nothing overflows and
-    sigmoid(-40) is 4.2e-18 as in torch, not 0.
-    """
-    x = _tensor(x)
-    xp = x.xp
-    e = xp.exp(-xp.abs(x.data))
-    out = xp.where(x.data >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-    def backward(g):
-        return g * (out * (1.0 - out))
-
-    return primitive(out, (x,), backward)
+    """1 / (1 + exp(-x)), as one primitive: finite and accurate at both ends
+    (``minigrad.engine.primitives.elementwise.sigmoid``)."""
+    return elementwise.sigmoid(_tensor(x))
 
 
 def gelu(x):
@@ -75,19 +65,9 @@ def gelu(x):
 
 
 def log_softmax(x, axis=-1):
-    """x - logsumexp(x), shifted by the (constant) max for stability.
-
-    Backward: g - softmax(x) * sum(g) along ``axis``.
-    """
-    x = _tensor(x)
-    xp = x.xp
-    shifted = x.data - xp.max(x.data, axis=axis, keepdims=True)
-    out = shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
-
-    def backward(g):
-        return g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True)
-
-    return primitive(out, (x,), backward)
+    """x - logsumexp(x) along ``axis``, as one primitive, stable at logits of +-1e4
+    (``minigrad.engine.primitives.softmax.log_softmax``)."""
+    return fused.log_softmax(_tensor(x), axis=axis)
 
 
 def softmax(x, axis=-1):
@@ -216,11 +196,11 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, *, labels
     # to C fit (a uint8 label array would wrap them).
     labels = xp.reshape(xp.astype(target, xp.int64), (-1, 1))
     if kept is None:  # every target counts
-        return _cross_entropy(logits, labels, None, reduction, logits.shape[0], shape)
+        return fused.cross_entropy_rows(logits, labels, None, reduction, logits.shape[0], shape)
     rows_kept = xp.reshape(kept, (-1,))
     safe = xp.where(xp.reshape(rows_kept, (-1, 1)), labels, xp.zeros_like(labels))
     count = int(xp.sum(xp.astype(rows_kept, xp.int64))) if reduction == "mean" else None
-    return _cross_entropy(logits, safe, rows_kept, reduction, count, shape)
+    return fused.cross_entropy_rows(logits, safe, rows_kept, reduction, count, shape)
 
 
 def _kept(xp, target, n_classes, ignore_index):
@@ -251,72 +231,35 @@ def _kept_by(labels, target, n_classes, ignore_index):
     return target != ignore_index if labels.ignored else None
 
 
-def _cross_entropy(logits, safe, kept, reduction, count, shape):
-    """Cross-entropy of (rows, C) logits as ONE primitive, as torch's fused kernels do.
-
-    ``safe``: the (rows, 1) int64 labels, 0 where ignored; ``kept``: the rows whose target
-    counts, or None when all do (then no mask is applied at all).
-
-    Forward, per row r with target t_r, shift c_r = max_j z_rj and lse_r =
-    log sum_j exp(z_rj - c_r):  loss_r = -((z_rt - c_r) - lse_r), which is
-    -log_softmax(z)_rt in torch's order (so a zero loss is -0.0 as there); 0 where the
-    target is ignored; then the reduction (``"mean"`` divides the sum by ``count``, the kept
-    rows; over none it is NaN with a zero gradient, as in torch).
-
-    Backward, with s_r the gradient reaching loss_r (g, or g / count for the mean) and
-    p = softmax(z) = exp(z - c - lse):  dz_rj = p_rj s_r - [j = t_r] s_r, the classic
-    "softmax minus one-hot". It is evaluated as torch evaluates the chain of its two
-    kernels: nll_loss's backward writes G = -s at each kept row's target and 0 elsewhere,
-    log_softmax's backward returns G - p * (the row sums of G). So the values are those of
-    the composite ``take_along_axis(log_softmax(z), t)`` with its reshapes, negation, mask
-    and reduction (tests/nn check ``==``), and the signs of zeros are torch's; one node
-    instead of eight.
-    """
-    xp, z = logits.xp, logits.data
-    device = backend.device(z)
-    shifted = z - xp.max(z, axis=1, keepdims=True)
-    lse = xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
-    losses = -xp.reshape(backend.take_along_rows(xp, shifted, safe) - lse, (-1,))
-    if kept is not None:
-        losses = xp.where(kept, losses, xp.zeros_like(losses))
-    if reduction == "none":
-        out = xp.reshape(losses, shape)
-    elif reduction == "sum":
-        out = xp.sum(losses)
-    elif count:
-        total = xp.asarray(count, dtype=z.dtype, device=device)
-        out = xp.sum(losses) / total
-    else:
-        out = xp.sum(losses) * 0.0 + float("nan")
-
-    def backward(g):
-        if reduction == "none":
-            s = xp.reshape(g, (-1, 1))
-        elif reduction == "sum":
-            s = g
-        else:
-            s = g / total if count else g * 0.0
-        target = safe == xp.arange(z.shape[1], dtype=safe.dtype, device=device)
-        if kept is not None:
-            target = target & xp.reshape(kept, (-1, 1))
-        nll = xp.where(target, -s, xp.zeros((), dtype=z.dtype, device=device))
-        return nll - xp.exp(shifted - lse) * xp.sum(nll, axis=1, keepdims=True)
-
-    return primitive(out, (logits,), backward)
-
-
 def mse_loss(input, target, reduction="mean"):
     """(input - target)^2 elementwise; ``"mean"`` divides by the number of elements."""
     _check_reduction(reduction)
     input = as_input(input, "mse_loss")
     try:
-        target = input._lift(target)
+        target = lift(target, like=input)
     except TypeError as err:
         raise TypeError(f"target of mse_loss: {err}") from None
     if input.shape != target.shape:
         raise ValueError(f"input shape {input.shape} and target shape {target.shape} differ")
     diff = input - target
     return _reduce(diff * diff, reduction, input.size)
+
+
+def check_sample_index(index, x):
+    """``index`` (a Tensor's data taken) checked as the global positions of the samples of
+    the array ``x``: an integer array of shape ``(N,)``, one position per sample, in ``x``'s
+    namespace. What keys each sample's dropout mask."""
+    index = index.data if isinstance(index, Tensor) else index
+    n = x.shape[0]
+    if not backend.is_array(index) or not backend.get_namespace(index).isdtype(index.dtype,
+                                                                               "integral"):
+        raise TypeError(f"sample_index must be an integer array of shape ({n},), got "
+                        f"{getattr(index, 'dtype', type(index).__name__)}")
+    backend.get_namespace(x, index)
+    if tuple(index.shape) != (n,):
+        raise ValueError(f"sample_index must hold one index per sample, shape ({n},); "
+                         f"got shape {tuple(index.shape)}")
+    return index
 
 
 def dropout(x, p=0.5, training=True, *, seed=0, step=0, sample_index=None):
@@ -343,14 +286,7 @@ def dropout(x, p=0.5, training=True, *, seed=0, step=0, sample_index=None):
     if sample_index is None:
         sample_index = xp.arange(n, device=x.device)
     else:
-        sample_index = sample_index.data if isinstance(sample_index, Tensor) else sample_index
-        if not backend.is_array(sample_index) or not xp.isdtype(sample_index.dtype, "integral"):
-            raise TypeError(f"sample_index must be an integer array of shape ({n},), got "
-                            f"{getattr(sample_index, 'dtype', type(sample_index).__name__)}")
-        backend.get_namespace(x.data, sample_index)
-        if tuple(sample_index.shape) != (n,):
-            raise ValueError(f"sample_index must hold one index per sample, shape ({n},); "
-                             f"got shape {tuple(sample_index.shape)}")
+        sample_index = check_sample_index(sample_index, x.data)
     width = x.size // n if n else 0
     u = backend.counter_uniform(xp, seed, step, sample_index, width, device=x.device)
     keep = xp.reshape(u >= p, x.shape)

@@ -3,7 +3,7 @@
 import math
 
 from minigrad.engine import backend, validate
-from minigrad.engine.functions import linear
+from minigrad.engine.primitives.linalg import linear
 from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module

@@ -119,6 +119,11 @@ class Module:
     def children(self):
         return iter(self._modules.values())
 
+    def named_children(self):
+        """``(name, module)`` for each direct sub-module, as torch's; ``setattr(self, name,
+        other)`` puts ``other`` in its place."""
+        return iter(list(self._modules.items()))
+
     def _named(self, table):
         seen = set()
         for prefix, module in self.named_modules():
@@ -209,15 +214,7 @@ class Module:
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
         staged = {}
         for name, target in own.items():
-            try:
-                value = backend.as_array(state[name], xp=backend.get_namespace(target),
-                                         device=backend.device(target))
-            except TypeError as err:
-                raise TypeError(f"state_dict[{name!r}]: {err}") from None
-            if tuple(value.shape) != tuple(target.shape):
-                raise ValueError(f"state_dict[{name!r}] has shape {tuple(value.shape)}, "
-                                 f"expected {tuple(target.shape)}")
-            staged[name] = backend.get_namespace(target).astype(value, target.dtype, copy=True)
+            staged[name] = backend.like(state[name], target, f"state_dict[{name!r}]")
         self._write(staged)
 
     def _write(self, staged, drop_grads=False):

@@ -1,9 +1,11 @@
-"""Normalisation layers: BatchNorm1d, GroupNorm, LayerNorm (PyTorch semantics).
+"""Normalisation layers: BatchNorm1d, GhostBatchNorm1d, GroupNorm, LayerNorm (PyTorch
+semantics).
 
-All three normalise with the *biased* variance: x_hat = (x - mean) / sqrt(var + eps),
+All of them normalise with the *biased* variance: x_hat = (x - mean) / sqrt(var + eps),
 then y = weight * x_hat + bias. They differ in which axes the statistics are taken over:
 BatchNorm1d over the batch (so samples are coupled, and micro-batching changes results),
-GroupNorm and LayerNorm within each sample (so micro-batching does not).
+GhostBatchNorm1d over consecutive virtual batches of the batch, GroupNorm and LayerNorm
+within each sample (so micro-batching does not).
 """
 
 from minigrad.engine import backend, validate
@@ -27,7 +29,7 @@ def standardize(x, axes, eps):
 
 
 def ghost_standardize(x, size, eps):
-    """``normalize`` over the batch, separately within consecutive virtual batches of ``size``.
+    """``standardize`` over the batch, separately within consecutive virtual batches of ``size``.
 
     With the one-hot membership M (N x G), M[i, j] = [i // size == j], and n_j values per
     channel in virtual batch j: mean = M^T x / n, var = M^T (x - M mean)^2 / n and
@@ -62,11 +64,6 @@ class BatchNorm1d(Module):
     batch stat, with the *unbiased* batch variance for running_var (``momentum=None``: a
     cumulative average). Eval: the running statistics.
 
-    Ghost BatchNorm (``ghost_batch_size=g``): in training, consecutive virtual batches of g
-    samples (the last may be smaller) are each normalised with their own statistics, and
-    the running statistics are updated once per virtual batch, in order: full-batch training
-    then does what accumulated training over micro-batches of g does.
-
     Two samples: mean (2, 4), biased variance (1, 4), so each feature normalises to -1 and 1;
     the running statistics move a tenth of the way, the variance with the unbiased (2, 8):
 
@@ -80,16 +77,13 @@ class BatchNorm1d(Module):
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, *, ghost_batch_size=None, dtype="float64", xp=None,
-                 device=None):
+                 track_running_stats=True, *, dtype="float64", xp=None, device=None):
         super().__init__()
         num_features = validate.positive_int("num_features", num_features)
         eps = validate.real("eps", eps)
         momentum = validate.optional(validate.probability, "momentum", momentum)
         affine = validate.boolean("affine", affine)
         track_running_stats = validate.boolean("track_running_stats", track_running_stats)
-        self.ghost_batch_size = validate.optional(validate.positive_int, "ghost_batch_size",
-                                                  ghost_batch_size)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         xp = backend.resolve_namespace(xp)
@@ -104,32 +98,24 @@ class BatchNorm1d(Module):
 
     def _check(self, x):
         if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
-            raise ValueError(f"BatchNorm1d({self.num_features}) expects input of shape (N, "
-                             f"{self.num_features}) or (N, {self.num_features}, L), got {x.shape}")
+            raise ValueError(f"{type(self).__name__}({self.num_features}) expects input of "
+                             f"shape (N, {self.num_features}) or (N, {self.num_features}, L), "
+                             f"got {x.shape}")
 
     def forward(self, x, statistics=None):
         """``statistics``: in training, an object whose ``standardize(x, axes)`` gives x_hat
         from whole-batch statistics instead of ``x``'s own (exact accumulation,
         ``minigrad.accumulate.exact_batchnorm``); the running statistics are then left alone."""
-        x = F.as_input(x, f"BatchNorm1d({self.num_features})", self.weight if self.affine
-                       else None)
+        x = F.as_input(x, f"{type(self).__name__}({self.num_features})",
+                       self.weight if self.affine else None)
         self._check(x)
         axes = (0,) if x.ndim == 2 else (0, 2)
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
         use_batch = self.training or not self.track_running_stats
         if self.training and statistics is not None:
             x_hat = statistics.standardize(x, axes)
-        elif self.training and (self.ghost_batch_size or x.shape[0]) < x.shape[0]:
-            # virtual batches; ghost_batch_size >= N is one: plain BatchNorm, below
-            x_hat = self._ghost_forward(x)
         elif use_batch:
-            count = x.size // self.num_features
-            if count < 2:  # as torch, also in eval mode without running statistics
-                raise ValueError("BatchNorm1d with batch statistics needs more than 1 value "
-                                 f"per channel, got input of shape {x.shape}")
-            x_hat, mean, var = standardize(x, axes, self.eps)
-            if self.training and self.track_running_stats:
-                self.update_running_stats(mean.data, var.data, count)
+            x_hat = self._batch_standardize(x, axes)
         else:
             xp = x.xp
             mean = xp.reshape(self.running_mean, shape)
@@ -139,19 +125,15 @@ class BatchNorm1d(Module):
             x_hat = x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
         return x_hat
 
-    def _ghost_forward(self, x):
-        """Training with virtual batches; running statistics move once per virtual batch."""
-        g, n = self.ghost_batch_size, x.shape[0]
-        per = x.size // (n * self.num_features)  # values per channel in each sample
-        counts = [min(g, n - start) * per for start in range(0, n, g)]
-        if counts[-1] < 2:
-            raise ValueError(f"BatchNorm1d(ghost_batch_size={g}) needs more than 1 value per "
-                             f"channel in every virtual batch; input of shape {x.shape} "
-                             f"leaves {counts[-1]} in the last one")
-        x_hat, mean, var = ghost_standardize(x, g, self.eps)
-        if self.track_running_stats:
-            for j, count in enumerate(counts):
-                self.update_running_stats(mean.data[j, ...], var.data[j, ...], count)
+    def _batch_standardize(self, x, axes):
+        """x_hat from the batch's own statistics; in training, the running statistics move."""
+        count = x.size // self.num_features
+        if count < 2:  # as torch, also in eval mode without running statistics
+            raise ValueError("BatchNorm1d with batch statistics needs more than 1 value "
+                             f"per channel, got input of shape {x.shape}")
+        x_hat, mean, var = standardize(x, axes, self.eps)
+        if self.training and self.track_running_stats:
+            self.update_running_stats(mean.data, var.data, count)
         return x_hat
 
     def update_running_stats(self, mean, var, count):
@@ -170,8 +152,54 @@ class BatchNorm1d(Module):
             self.running_var = (1.0 - m) * self.running_var + m * unbiased
 
     def extra_repr(self):
-        ghost = f", ghost_batch_size={self.ghost_batch_size}" if self.ghost_batch_size else ""
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}{ghost}"
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class GhostBatchNorm1d(BatchNorm1d):
+    """BatchNorm1d whose training normalises consecutive virtual batches of
+    ``ghost_batch_size`` samples (the last may be smaller), each with its own statistics
+    (``ghost_standardize``); the running statistics are updated once per virtual batch, in
+    order. Full-batch training then does what accumulated training of ``BatchNorm1d`` over
+    micro-batches of ``ghost_batch_size`` does. A batch of at most ``ghost_batch_size``
+    samples is one virtual batch: plain BatchNorm1d, to the bit; eval mode is BatchNorm1d's.
+
+    Four samples in virtual batches of two: each pair normalises to -1 and 1 on its own.
+
+    >>> import numpy as np
+    >>> from minigrad import Tensor
+    >>> bn = GhostBatchNorm1d(1, ghost_batch_size=2)
+    >>> np.round(bn(Tensor([[1.0], [3.0], [10.0], [30.0]])).numpy(), 4).ravel().tolist()
+    [-1.0, 1.0, -1.0, 1.0]
+    >>> int(bn.num_batches_tracked)
+    2
+    """
+
+    def __init__(self, num_features, ghost_batch_size, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, *, dtype="float64", xp=None, device=None):
+        ghost_batch_size = validate.positive_int("ghost_batch_size", ghost_batch_size)
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype=dtype,
+                         xp=xp, device=device)
+        self.ghost_batch_size = ghost_batch_size
+
+    def _batch_standardize(self, x, axes):
+        """Training with virtual batches; running statistics move once per virtual batch."""
+        g, n = self.ghost_batch_size, x.shape[0]
+        if not self.training or g >= n:  # one virtual batch: plain BatchNorm
+            return super()._batch_standardize(x, axes)
+        per = x.size // (n * self.num_features)  # values per channel in each sample
+        counts = [min(g, n - start) * per for start in range(0, n, g)]
+        if counts[-1] < 2:
+            raise ValueError(f"GhostBatchNorm1d({self.num_features}, ghost_batch_size={g}) "
+                             f"needs more than 1 value per channel in every virtual batch; "
+                             f"input of shape {x.shape} leaves {counts[-1]} in the last one")
+        x_hat, mean, var = ghost_standardize(x, g, self.eps)
+        if self.track_running_stats:
+            for j, count in enumerate(counts):
+                self.update_running_stats(mean.data[j, ...], var.data[j, ...], count)
+        return x_hat
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, ghost_batch_size={self.ghost_batch_size}"
 
 
 class GroupNorm(Module):

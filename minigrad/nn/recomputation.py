@@ -132,7 +132,7 @@ def recompute(module, *args, check=False, **kwargs):
         grads = graph.gradients(order, g, wrt, cast=False)  # the outer walk casts at leaves
         return grads[0] if len(grads) == 1 else tuple(grads)
 
-    return primitive(data, (*inputs, *params), backward)
+    return primitive(data, (*inputs, *params), backward, name="recompute")
 
 
 def _check_same(module, again, shape, dtype, expected):

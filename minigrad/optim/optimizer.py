@@ -169,7 +169,7 @@ class Optimizer:
                     for i, c in enumerate(values)]
         if getattr(fresh, name) is not None and any(v is None for v in values):
             raise ValueError(f"state_dict[{name!r}] needs an array for every parameter")
-        return [None if v is None else (_like(v, p.data, f"state_dict[{name!r}][{i}]"),)
+        return [None if v is None else (backend.like(v, p.data, f"state_dict[{name!r}][{i}]"),)
                 for i, (v, p) in enumerate(zip(values, self.params))]
 
 
@@ -203,20 +203,6 @@ class AdamW(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         super().__init__(params, adamw, lr, betas=betas, eps=eps, weight_decay=weight_decay)
-
-
-def _like(value, param, name):
-    """``value`` moved to ``param``'s namespace and device, cast to its dtype (a copy), as
-    ``Module.load_state_dict`` does, so a checkpoint saved from NumPy loads anywhere."""
-    xp = backend.get_namespace(param)
-    try:
-        value = backend.as_array(value, xp=xp, device=backend.device(param))
-    except TypeError as err:
-        raise TypeError(f"{name}: {err}") from None
-    if tuple(value.shape) != tuple(param.shape):
-        raise ValueError(f"{name} has shape {tuple(value.shape)}, "
-                         f"its parameter has shape {tuple(param.shape)}")
-    return xp.astype(value, param.dtype, copy=True)
 
 
 def _has_fraction(value):

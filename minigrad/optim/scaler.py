@@ -12,7 +12,7 @@ Per optimizer update (with accumulation: per window, never per micro-batch)::
 A skipped update changes nothing: no parameter, no optimizer state, no ``step_count``
 (so no schedule step either). ``S`` is a float32 number, as torch keeps it; with a power of
 two, scaling and unscaling are exact unless they overflow or underflow
-(``minigrad.analysis.precision``).
+(``minigrad.studies.precision.sums``).
 
 >>> import numpy as np
 >>> from minigrad.engine.tensor import Parameter

@@ -81,7 +81,7 @@ def test_streaming_every_k_and_a_short_final_window_match_full_batch_windows(xp)
     expected = [(6, 1, 0), (0, 0, 1), (4, 1, 1), (0, 0, 2), (2, 1, 2)]
     for j, ((_, xj, yj), counts) in enumerate(zip(micro_batches(x, y, sizes), expected)):
         acc.add(xj, yj)
-        assert (acc.pending_items, acc.pending_micro_batches, opt.step_count) == counts
+        assert (acc.pending_items, acc.pending_num_micro_batches, opt.step_count) == counts
         if j in windows:
             lo, hi = windows[j]
             accumulate_step(reference, nn.MSELoss(), opt_ref, x[lo:hi, ...], y[lo:hi, ...])
@@ -89,7 +89,7 @@ def test_streaming_every_k_and_a_short_final_window_match_full_batch_windows(xp)
             coarsen(model)
             coarsen(reference)
     last = acc.update()  # flush the short window
-    assert opt.step_count == 3 and acc.pending_micro_batches == acc.pending_items == 0
+    assert opt.step_count == 3 and acc.pending_num_micro_batches == acc.pending_items == 0
     assert all(p.grad is None for p in model.parameters())
     assert last == accumulate_step(reference, nn.MSELoss(), opt_ref, x[8:, ...], y[8:, ...])
     assert_same(params_of(model), params_of(reference))
@@ -113,10 +113,10 @@ def test_discard_drops_the_window(xp):
     before = params_of(model)
     acc.add(x[:3, ...], y[:3, ...])
     acc.add(x[3:5, ...], y[3:5, ...])
-    assert (acc.pending_items, acc.pending_micro_batches) == (10, 2)
+    assert (acc.pending_items, acc.pending_num_micro_batches) == (10, 2)
     acc.discard()
     assert all(p.grad is None for p in model.parameters())
-    assert (acc.pending_items, acc.pending_micro_batches, acc.pending_samples) == (0, 0, 0)
+    assert (acc.pending_items, acc.pending_num_micro_batches, acc.pending_samples) == (0, 0, 0)
     assert acc.update() is None and opt.step_count == 0
     assert_same(params_of(model), before)
     # The next window knows nothing of the discarded one.
@@ -218,11 +218,11 @@ def test_streaming_nonfinite_micro_batch_is_not_added(xp):
     acc = Accumulator(model, nn.CrossEntropyLoss(), opt, scheduler=scheduler)
     acc.add(x[:4, ...], y[:4, ...])
     pending = everything(model, opt, scheduler)
-    counts = (acc.pending_items, acc.pending_micro_batches, acc.pending_samples)
+    counts = (acc.pending_items, acc.pending_num_micro_batches, acc.pending_samples)
     with pytest.raises(FloatingPointError, match="loss of a micro-batch is nan"):
         acc.add(with_value(xp, x, (5, 1), math.inf)[4:, ...], y[4:, ...])
     assert_same(everything(model, opt, scheduler), pending)
-    assert (acc.pending_items, acc.pending_micro_batches, acc.pending_samples) == counts
+    assert (acc.pending_items, acc.pending_num_micro_batches, acc.pending_samples) == counts
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -234,7 +234,7 @@ def test_streaming_skip_drops_the_window_and_keeps_buffers_finite(xp):
     after_first = everything(model, opt, scheduler)
     assert acc.add(with_value(xp, x, (5, 1), math.inf)[4:, ...], y[4:, ...]) is None
     assert acc.skipped_updates == 1
-    assert (acc.pending_items, acc.pending_micro_batches) == (0, 0)
+    assert (acc.pending_items, acc.pending_num_micro_batches) == (0, 0)
     assert all(p.grad is None for p in model.parameters())
     # Before the fix the bad forward left inf/NaN running statistics in the model.
     state = everything(model, opt, scheduler)
@@ -257,7 +257,7 @@ def test_a_failing_optimizer_step_leaves_the_window_pending_as_sums(xp):
     with pytest.raises(ValueError, match="shape"):
         acc.update()
     assert all(p.grad is g for p, g in zip(model.parameters(), sums))
-    assert acc.pending_micro_batches == 2 and acc.pending_items == 12
+    assert acc.pending_num_micro_batches == 2 and acc.pending_items == 12
     assert all(np.array_equal(backend.to_numpy(p.data), b)
                for p, b in zip(model.parameters(), before))
     assert opt.step_count == 0

@@ -115,7 +115,7 @@ def test_a_failing_schedule_changes_nothing_and_a_retry_applies_the_window_once(
     with pytest.raises(error):
         acc.update()
     assert_equal_state(state(model, opt, sched, acc), before)
-    assert acc.pending_micro_batches == 2
+    assert acc.pending_num_micro_batches == 2
     # Retry with a working schedule: exactly one update from the window, as a fresh run does.
     sched.schedule = lambda t: 0.05
     twin, twin_opt, _, _, _ = setup()
@@ -200,13 +200,14 @@ def test_accumulator_load_state_dict_validates_first():
     broken = [
         ({k: v for k, v in good.items() if k != "pending_items"}, ValueError, "missing"),
         ({**good, "pending_items": -1}, ValueError, "pending_items must be an integer >= 0"),
-        ({**good, "pending_micro_batches": True}, TypeError, "pending_micro_batches"),
+        ({**good, "pending_num_micro_batches": True}, TypeError, "pending_num_micro_batches"),
         ({**good, "pending_loss_sum": float("nan")}, ValueError, "pending_loss_sum"),
         ({**good, "grads": good["grads"][:-1]}, ValueError, "gradients"),
         ({**good, "grads": [g[..., :1] if g.ndim > 1 else g for g in good["grads"]]},
          ValueError, "shape"),
-        ({**good, "grads": ["x"] + good["grads"][1:]}, TypeError, "must be an array or None"),
-        ({**good, "pending_micro_batches": 0}, ValueError, "do not fit together"),
+        ({**good, "grads": ["x"] + good["grads"][1:]}, TypeError,
+         "accumulator gradient 0: .* must be numbers"),
+        ({**good, "pending_num_micro_batches": 0}, ValueError, "do not fit together"),
         ("not a dict", ValueError, "must be a dict"),
     ]
     for bad, error, message in broken:

@@ -64,7 +64,7 @@ def saved_mid_window(xp, tmp_path, kind="adam"):
     """A run stopped after SAVE_AFTER micro-batches and saved: (path, its parts)."""
     parts = training(xp, kind)
     feed(parts[3], stream(xp)[:SAVE_AFTER])
-    assert parts[1].step_count == 1 and parts[3].pending_micro_batches == 1  # mid-window
+    assert parts[1].step_count == 1 and parts[3].pending_num_micro_batches == 1  # mid-window
     path = tmp_path / "run.npz"
     checkpoint.save(path, parts[0], parts[1], scheduler=parts[2], accumulator=parts[3])
     return path, parts
@@ -88,10 +88,29 @@ def test_round_trip_restores_every_part(xp, tmp_path, kind):
     fresh = load_fresh(path, xp, kind)
     state = everything(*fresh)
     assert_same(state, everything(*parts))
-    assert state["accumulator"]["pending_micro_batches"] == 1
+    assert state["accumulator"]["pending_num_micro_batches"] == 1
     assert all(g is not None for g in state["grads"])  # the pending window's sums
     if kind == "sgd":
         assert all(m is not None for m in state["optimizer"]["mu"])  # momentum buffers
+
+
+def test_a_file_saved_before_the_count_was_renamed_loads(tmp_path):
+    # Until the count of pending micro-batches was named ``pending_num_micro_batches``, the
+    # accumulator saved it as ``pending_micro_batches``; such files keep loading.
+    path, parts = saved_mid_window(np, tmp_path)
+    with np.load(path) as data:
+        arrays = {key: data[key] for key in data.files}
+    meta = json.loads(str(arrays.pop("__minigrad__")))
+    counts = meta["tree"]["dict"]["accumulator"]["dict"]
+    counts["pending_micro_batches"] = counts.pop("pending_num_micro_batches")
+    old = tmp_path / "old.npz"
+    np.savez(old, __minigrad__=np.asarray(json.dumps(meta)), **arrays)
+    assert_same(everything(*load_fresh(old, np)), everything(*parts))
+    state = parts[3].state_dict()
+    state["pending_micro_batches"] = state.pop("pending_num_micro_batches")
+    fresh = training(np)[3]
+    fresh.load_state_dict(state)
+    assert fresh.pending_num_micro_batches == 1 and "pending_micro_batches" in state
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])

@@ -2,7 +2,7 @@
 strategy computes, proved.
 
 * GradCache IS full-batch training: within the derived float64 bound of
-  ``minigrad.analysis.contrastive`` for every split (hypothesis), and ``==`` in exact
+  ``minigrad.analysis.contrastive_bound`` for every split (hypothesis), and ``==`` in exact
   Fractions for a rational loss with in-batch negatives (the spectral contrastive loss);
   a dropout that draws fresh masks in the second pass breaks it (gap / bound >> 1).
 * Naive accumulation is NOT: it is exactly the sum of each micro-batch's own loss, whose
@@ -26,7 +26,7 @@ from pairs import batch, dual
 from minigrad import nn, optim
 from minigrad.accumulate import STRATEGIES, Bank, GradCache, Naive, accumulated_gradients, step
 from minigrad.analysis.bounds import bound_ratio
-from minigrad.analysis.contrastive import gradcache_bound, sample_gradients
+from minigrad.analysis.contrastive_bound import gradcache_bound, sample_gradients
 from minigrad.analysis.exact import to_exact, to_fractions
 from minigrad.engine import Tensor, backend
 
@@ -249,9 +249,9 @@ def test_in_fractions_the_bank_is_the_loss_with_the_banks_rows_appended(dual_ban
     (lambda: accumulated_gradients(dual(), nn.CrossEntropyLoss(), *batch(4), strategy="naive"),
      TypeError, "strategy='naive' is for losses with in-batch negatives"),
     (lambda: accumulated_gradients(dual(), nn.InfoNCELoss(), *batch(4), strategy="gradcache",
-                                   normalize="micro_batches"), ValueError,
+                                   normalize="micro_batch_mean"), ValueError,
      "strategy='gradcache' adds the window's loss sum; it needs normalize='items' or 'sum', "
-     "got 'micro_batches'"),
+     "got 'micro_batch_mean'"),
     (lambda: accumulated_gradients(nn.DualEncoder(nn.MLP([5, 4, 2], norm="batch"),
                                                   nn.MLP([5, 2])), nn.InfoNCELoss(),
                                    *batch(4), strategy="gradcache"), ValueError,

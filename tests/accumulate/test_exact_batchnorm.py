@@ -187,7 +187,7 @@ def test_refusals_leave_everything_unchanged(xp):
     assert {name: dict(vars(m)) for name, m in model.named_modules()} == attributes
     with pytest.raises(ValueError, match="normalize='items'"):
         step(model, nn.CrossEntropyLoss(), opt, x, y, sizes=[4, 4], strategy="exact_batchnorm",
-             normalize="micro_batches")
+             normalize="micro_batch_mean")
     with pytest.raises(ValueError, match="strategy must be one of"):
         step(model, nn.CrossEntropyLoss(), opt, x, y, strategy="ghost")
 

@@ -24,6 +24,7 @@ from minigrad.accumulate import (
     split,
     step,
 )
+from minigrad.accumulate import strategy as strategies
 from minigrad.accumulate.micro import add_micro_batch
 from minigrad.analysis import equivalence, reference
 
@@ -84,7 +85,7 @@ def test_accumulated_gradients_takes_a_strategy(xp):
     (Reversed, {}, TypeError, f"strategy must be one of {sorted(STRATEGIES)} or an object "
                               f"with a str name and check() and run() methods"),
     (object(), {}, TypeError, "or an object with a str name"),
-    (Reversed(), {"normalize": "micro_batches"}, ValueError, "Reversed accumulates item sums"),
+    (Reversed(), {"normalize": "micro_batch_mean"}, ValueError, "Reversed accumulates item sums"),
     ("exact_batchnorm", {"normalize": "sum"}, ValueError,
      "strategy='exact_batchnorm' needs normalize='items', got 'sum'"),
 ])
@@ -167,6 +168,115 @@ def test_a_custom_strategy_resumes_from_a_checkpoint(tmp_path):
     assert resumed_opt.step_count == opt.step_count == 4
 
 
+# ----- sums that arrive divided: the protocol's ``divided`` --------------------------------------
+class DividedAlready:
+    """``Micro``, with the window's sums divided by its items before the update, as the
+    protocol allows when it says so (``divided``)."""
+
+    name = "divided_already"
+
+    def __init__(self, divided=True):
+        self.divided = divided
+
+    def check(self, acc):
+        pass
+
+    def run(self, acc, micro_batches, reduction):
+        for mb in micro_batches:
+            add_micro_batch(acc, mb)
+        for p in acc.params:
+            p.grad = None if p.grad is None else p.grad / acc.pending_items
+        return reduction.update(acc)
+
+
+class Seen(reduction.OneProcess):
+    """One process, noting what the update is told: ``normalize`` and ``divided``."""
+
+    def __init__(self):
+        self.seen = []
+
+    def update(self, acc):
+        self.seen.append((acc.normalize, acc.divided))
+        return super().update(acc)
+
+
+def test_a_strategy_whose_sums_arrive_divided_says_so_and_gets_the_same_update(xp):
+    # Dyadic: 16 items, so dividing before the update is exact and the updates are EQUAL.
+    runs = {}
+    for name, strategy in (("micro", "micro"), ("divided", DividedAlready()),
+                           ("not said", DividedAlready(divided=False))):
+        model = dyadic_mlp(xp)
+        seen = Seen()
+        step(model, nn.MSELoss(), sgd(model), *regression(xp), sizes=[3, 5],
+             strategy=strategy, reduction=seen)
+        runs[name] = params_of(model), seen.seen
+    assert_same(runs["divided"][0], runs["micro"][0])
+    assert runs["micro"][1] == [("items", False)] and runs["divided"][1] == [("items", True)]
+    # Without saying so the update divides again: 16 times too small a step.
+    assert any(not np.array_equal(runs["not said"][0][k], runs["micro"][0][k])
+               for k in runs["micro"][0])
+
+
+def test_precision_says_its_sums_arrive_divided_and_leaves_normalize_alone():
+    from minigrad.accumulate import Precision
+
+    for order, divided in (("sum_then_divide", False), ("divide_then_sum", True)):
+        model = nn.MLP([3, 4, 2], seed=0)
+        seen = Seen()
+        step(model, nn.MSELoss(), sgd(model), *regression(np), micro_batch_size=3,
+             strategy=Precision(order=order), reduction=seen)
+        assert Precision(order=order).divided is divided
+        assert seen.seen == [("items", divided)]
+
+
+def test_divided_must_be_a_bool():
+    model = nn.MLP([3, 4, 2], seed=0)
+    with pytest.raises(TypeError, match="^divided must be True or False, got str 'yes'"):
+        step(model, nn.MSELoss(), sgd(model), *regression(np),
+             strategy=DividedAlready(divided="yes"))
+
+
+# ----- the one registry of strategy names ------------------------------------------------------
+def test_the_registry_names_each_strategy_by_its_own_name_kind_and_label():
+    assert list(STRATEGIES) == ["micro", "exact_batchnorm", "naive", "gradcache", "bank",
+                                "precision"]
+    for name, cls in STRATEGIES.items():
+        assert cls.name == name and cls.kind in strategies.KINDS and cls.label
+    assert strategies.names("plain") == ("micro", "exact_batchnorm")
+    assert strategies.names("contrastive") == ("naive", "gradcache", "bank")
+    assert strategies.names("precision") == ("precision",)
+    with pytest.raises(ValueError, match="^kind must be one of 'plain', 'contrastive'"):
+        strategies.names("ghost")
+
+
+def test_the_checks_read_the_registry(monkeypatch):
+    from minigrad.analysis import check, contrastive_check
+
+    class Plain(Micro):
+        name, kind, label = "plain_too", "plain", "another plain strategy"
+
+    monkeypatch.setitem(STRATEGIES, "plain_too", Plain)
+    assert check.configuration([3, 2], micro_batch=2, strategy="plain_too")["strategy"] == \
+        "plain_too"
+    with pytest.raises(ValueError, match="strategy must be one of 'micro', 'exact_batchnorm', "
+                                         "'plain_too', got 'naive'"):
+        check.configuration([3, 2], micro_batch=2, strategy="naive")
+    pool = np.zeros((8, 2, 3))
+    with pytest.raises(ValueError, match="strategy must be one of 'naive', 'gradcache', "
+                                         "'bank', got 'plain_too'"):
+        contrastive_check.configuration(pool, global_batch=8, strategy="plain_too")
+
+
+def test_the_contrastive_explorer_labels_the_registrys_strategies():
+    from minigrad.studies.contrastive import explorer
+
+    assert explorer.CONTRASTIVE_STRATEGIES == {
+        "naive": "naive (in-micro-batch negatives)", "gradcache": "GradCache",
+        "bank": "memory bank"}
+    assert all(label == STRATEGIES[name].label
+               for name, label in explorer.CONTRASTIVE_STRATEGIES.items())
+
+
 class Recording(reduction.OneProcess):
     """One process, noting every ``gather``: what a strategy asks of a reduction."""
 
@@ -207,7 +317,7 @@ def test_snapshot_and_restore_are_a_public_pair():
                     "opt": opt.state_dict()})
     saved = acc.snapshot()
     acc.add(x, y)  # gradients, counts, BatchNorm statistics (an update is final: in place)
-    assert acc.pending_micro_batches == 2
+    assert acc.pending_num_micro_batches == 2
     acc.restore(saved)
     assert_same(to_np({"model": model.state_dict(), "acc": acc.state_dict(),
                        "opt": opt.state_dict()}), before)

@@ -38,9 +38,9 @@ def test_the_item_rule_is_full_batch_training_on_an_uneven_split_with_ignored_ta
 
 @pytest.mark.parametrize("options, reason", [
     (dict(norm="batch", micro_batch=5), "batchnorm"),
-    (dict(normalize="micro_batches", micro_batch=4), "uneven"),
-    (dict(normalize="micro_batches", micro_batches=2, ignore_fraction=0.3), "kept"),
-    (dict(normalize="sum", micro_batches=2, optimizer="adam", lr=1e-3), "sum"),
+    (dict(normalize="micro_batch_mean", micro_batch=4), "uneven"),
+    (dict(normalize="micro_batch_mean", num_micro_batches=2, ignore_fraction=0.3), "kept"),
+    (dict(normalize="sum", num_micro_batches=2, optimizer="adam", lr=1e-3), "sum"),
 ])
 def test_what_breaks_equivalence_is_named_and_measured(options, reason):
     """A wrong rule on a set-up that moves (the idle run beyond the bound) is NOT, never no
@@ -65,7 +65,7 @@ def test_batchnorm_over_one_micro_batch_is_full_batch_training():
 
 
 def test_the_textbook_rule_on_even_micro_batches_differs_by_rounding_only():
-    result = check([3, 6, 4], normalize="micro_batches", micro_batches=2, **SMALL)
+    result = check([3, 6, 4], normalize="micro_batch_mean", num_micro_batches=2, **SMALL)
     assert result["equivalent"] and result["reasons"] == []
 
 
@@ -73,7 +73,7 @@ def test_a_predicted_difference_that_does_not_show_is_said():
     """Micro-batches of 2 and 1 samples, one of 3 targets ignored: where the ignored one
     falls in the first micro-batch both hold 1 kept target, and the textbook rule is exact."""
     options = dict(sizes=[2, 3, 2], global_batch=3, micro_batch=2, ignore_fraction=1 / 3,
-                   normalize="micro_batches", steps=2)
+                   normalize="micro_batch_mean", steps=2)
     seed = next(s for s in range(100) if all(
         np.sum(y[:2] == -100) == 1
         for _, y in checking.batches(checking.configuration(**options, seed=s))))
@@ -87,7 +87,7 @@ def test_a_predicted_difference_that_does_not_show_is_said():
 
 def test_an_accumulated_run_that_diverges_is_a_reason():
     """normalize='sum' multiplies the gradient by 32 items (16 samples x 2 outputs)."""
-    result = check([2, 8, 2], loss="mse", normalize="sum", global_batch=16, micro_batches=2,
+    result = check([2, 8, 2], loss="mse", normalize="sum", global_batch=16, num_micro_batches=2,
                    lr=0.5, steps=10)
     assert result["equivalent"] is False
     assert result["reasons"][0] == REASONS["sum"]
@@ -118,9 +118,9 @@ def test_the_result_is_json_with_the_documented_schema():
     config = result["config"]
     assert list(config) == ["sizes", "activation", "norm", "dropout", "loss",
                             "ignore_fraction", "optimizer", "lr", "weight_decay", "clip",
-                            "global_batch", "micro_batch", "micro_batches", "normalize",
+                            "global_batch", "micro_batch", "num_micro_batches", "normalize",
                             "strategy", "steps", "dtype", "seed"]
-    assert config["micro_batches"] is None and config["clip"] == 0.5
+    assert config["num_micro_batches"] is None and config["clip"] == 0.5
     for row in result["updates"]:
         assert list(row) == ["step", "max_abs", "max_rel", "max_ulp", "bound", "ratio",
                              "idle_ratio"]
@@ -134,7 +134,7 @@ NEVER_MOVED = ("the full-batch run never moved the parameters, so any accumulati
                "a wrong one, gives the same gap of 0")
 
 
-@pytest.mark.parametrize("normalize", ["items", "micro_batches", "sum"])
+@pytest.mark.parametrize("normalize", ["items", "micro_batch_mean", "sum"])
 def test_one_output_class_gives_no_verdict_whatever_the_rule(normalize):
     """Cross-entropy over one class is identically 0, so every gradient is 0: the right rule
     and the wrong ones (the textbook rule on an uneven split, the sum) all pass alike."""
@@ -180,14 +180,14 @@ def test_a_gradient_within_rounding_gives_no_verdict():
         f"(gap / bound at most {idle:.3g}): the gradient moved the parameters by less than "
         f"rounding may, so a wrong accumulation rule would pass too; a larger lr moves them "
         f"further"]
-    assert check([3, 6, 4], lr=1e-17, micro_batch=4, normalize="micro_batches",
+    assert check([3, 6, 4], lr=1e-17, micro_batch=4, normalize="micro_batch_mean",
                  **SMALL)["equivalent"] is None
 
 
 def test_a_failure_is_not_swallowed_where_the_idle_run_stays_within_the_bound():
     """At lr 1e-17 the idle run is within the bound, but the sum rule multiplies the gradient
     by the 40 items of an update: its gap is measured beyond the bound, and that is NOT."""
-    result = check([3, 6, 4], lr=1e-17, micro_batches=2, normalize="sum", **SMALL)
+    result = check([3, 6, 4], lr=1e-17, num_micro_batches=2, normalize="sum", **SMALL)
     assert all(row["idle_ratio"] <= 1 for row in result["updates"])
     assert result["equivalent"] is False and result["reasons"] == [REASONS["sum"]]
 
@@ -201,9 +201,9 @@ def test_the_idle_step_gives_the_optimizer_a_gradient_of_0():
 
 @pytest.mark.parametrize("options, error, message", [
     (dict(micro_batch=11), ValueError, "micro_batch must be at most global_batch=10, got 11"),
-    (dict(micro_batches=11), ValueError, "micro_batches must be at most global_batch=10"),
-    (dict(), ValueError, "give exactly one of micro_batch and micro_batches"),
-    (dict(micro_batch=2, micro_batches=5), ValueError, "give exactly one of"),
+    (dict(num_micro_batches=11), ValueError, "num_micro_batches must be at most global_batch=10"),
+    (dict(), ValueError, "give exactly one of micro_batch and num_micro_batches"),
+    (dict(micro_batch=2, num_micro_batches=5), ValueError, "give exactly one of"),
     (dict(micro_batch=0), ValueError, "micro_batch must be a positive int, got 0"),
     (dict(micro_batch=True), TypeError, "micro_batch must be a positive int, got bool True"),
     (dict(micro_batch=2, optimizer="rmsprop"), ValueError, "optimizer must be one of 'sgd'"),

@@ -1,4 +1,4 @@
-"""The measurements of ``minigrad.analysis.contrastive``: retrieval accuracy, the towers'
+"""The measurements of ``minigrad.analysis.contrastive_bound``: retrieval accuracy, the towers'
 gradient norms, and the bound's refusal of towers it cannot walk (its proofs are in
 tests/accumulate/test_contrastive.py)."""
 
@@ -7,7 +7,9 @@ import pytest
 from pairs import batch, dual
 
 from minigrad import nn
-from minigrad.analysis import bounds, contrastive
+from minigrad.analysis import bounds
+from minigrad.analysis import contrastive_bound as contrastive
+from minigrad.studies.contrastive import scores
 
 
 def test_retrieval_accuracy_counts_the_queries_whose_own_passage_scores_highest():
@@ -16,14 +18,14 @@ def test_retrieval_accuracy_counts_the_queries_whose_own_passage_scores_highest(
     model = nn.DualEncoder(nn.Identity(), nn.Identity())
     views = np.array([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0]])
     x = nn.pairs(views, views)
-    assert contrastive.retrieval_accuracy(model, x) == pytest.approx(2 / 3)
+    assert scores.retrieval_accuracy(model, x) == pytest.approx(2 / 3)
     assert model.training  # put back as it was
 
 
 def test_tower_norms_split_the_gradient_by_tower():
     grads = {"query_tower.0.weight": np.array([3.0, 4.0]), "passage_tower.0.weight":
              np.array([1.0]), "passage_tower.0.bias": np.array([0.0])}
-    assert contrastive.tower_norms(grads) == {"query": 5.0, "passage": 1.0}
+    assert scores.tower_norms(grads) == {"query": 5.0, "passage": 1.0}
 
 
 def test_the_bound_needs_sequential_towers():

@@ -71,9 +71,9 @@ def test_textbook_normalisation_is_wrong_for_uneven_splits(xp):
     """Each micro-batch mean divided by k weighs the 3 samples of [7, 3] like the 7; it is
     right for an even split, and item weighting is right for both."""
     make, loss, x, y = fixed_case(xp, n=10)
-    gap, _ = check_gradients(make, loss, x, y, [7, 3], normalize="micro_batches")
+    gap, _ = check_gradients(make, loss, x, y, [7, 3], normalize="micro_batch_mean")
     assert gap > 0.5 * 0.2694  # observed: 0.2694
-    for sizes, normalize in (([7, 3], "items"), ([5, 5], "micro_batches")):
+    for sizes, normalize in (([7, 3], "items"), ([5, 5], "micro_batch_mean")):
         _, worst = check_gradients(make, loss, x, y, sizes, normalize=normalize)
         assert worst <= 1.0, (sizes, normalize)
 
@@ -83,7 +83,7 @@ def test_textbook_normalisation_is_wrong_with_ignored_targets(xp):
     the mean over the 5 kept targets."""
     make, loss, x, _ = fixed_case(xp, loss="cross_entropy", classes=3)
     y = xp.asarray([0, -100, -100, -100, 1, 2, 0, 1])
-    gap, _ = check_gradients(make, loss, x, y, [4, 4], normalize="micro_batches")
+    gap, _ = check_gradients(make, loss, x, y, [4, 4], normalize="micro_batch_mean")
     assert gap > 0.5 * 0.2383  # observed: 0.2383
     _, worst = check_gradients(make, loss, x, y, [4, 4])
     assert worst <= 1.0

@@ -161,7 +161,7 @@ FACTORY = (r"^model_factory must be a function returning a new model \(e.g. lamb
                                     "to the batch size 6$"),
     ({"sizes": [3, 3], "micro_batch_size": 3}, ValueError,
      "^give at most one of micro_batch_size, num_micro_batches, sizes; got "),
-    ({"normalize": "mean"}, ValueError, "^normalize must be one of 'items', 'micro_batches', "
+    ({"normalize": "mean"}, ValueError, "^normalize must be one of 'items', 'micro_batch_mean', "
                                         "'sum', got 'mean'$"),
 ])
 def test_gradient_report_checks_its_arguments(kwargs, error, message):

@@ -74,7 +74,7 @@ def test_hand_computed_one_weight_model():
 def test_textbook_normalisation_is_exactly_wrong_for_uneven_splits():
     # Same model and data: the textbook loop gives (2/1 + (8 + 18)/2) / 2 = 15/2, not 28/3.
     x, y = ONE_WEIGHT_DATA
-    equal, acc, full = gradients_equal(one_weight_model, x, y, [1, 2], normalize="micro_batches")
+    equal, acc, full = gradients_equal(one_weight_model, x, y, [1, 2], normalize="micro_batch_mean")
     assert not equal
     assert acc["weight"][0, 0] == Fraction(15, 2)
     assert full["weight"][0, 0] == Fraction(28, 3)
@@ -85,7 +85,7 @@ def test_textbook_normalisation_is_exact_for_even_splits(problem):
     factory, x, y, _ = problem
     n = x.shape[0]
     k = next(d for d in (4, 3, 2, 1) if n % d == 0)
-    equal, _, _ = gradients_equal(factory, x, y, [n // k] * k, normalize="micro_batches")
+    equal, _, _ = gradients_equal(factory, x, y, [n // k] * k, normalize="micro_batch_mean")
     assert equal
 
 
@@ -184,7 +184,7 @@ X, Y = ONE_WEIGHT_DATA
                                      "to the batch size 3$"),
     (dict(sizes=[0, 3]), ValueError, r"^sizes\[0\] must be a positive int, got 0$"),
     (dict(sizes=3), TypeError, "^sizes must be a sequence of positive ints, got int$"),
-    (dict(normalize="mean"), ValueError, "^normalize must be one of 'items', 'micro_batches', "
+    (dict(normalize="mean"), ValueError, "^normalize must be one of 'items', 'micro_batch_mean', "
                                          "'sum', got 'mean'$"),
     (dict(x=X.tolist() + [[float("nan")]]), ValueError, "^x holds NaN or inf"),
     (dict(y=np.zeros((2, 1))), ValueError, "^x has 3 samples but y has 2$"),

@@ -21,7 +21,7 @@ from minigrad import nn, optim
 from minigrad.accumulate import split_sizes, step
 from minigrad.analysis.memory import PYTHON_OBJECTS, peak_bytes, update_memory
 from minigrad.analysis.planner import BudgetTooSmall, format_bytes, parse_bytes, plan
-from minigrad.analysis.recompute_choice import micro_batches, run_sets
+from minigrad.analysis.recompute_choice import run_sets, split_pairs
 
 SIZES, N = [8, 512, 4], 64
 RNG = np.random.default_rng(0)
@@ -226,7 +226,7 @@ def test_the_run_sets_are_every_set_of_disjoint_runs():
 def test_the_micro_batch_pairs_are_those_of_the_split(n):
     for m in range(1, n + 1):
         sizes = split_sizes(n, micro_batch_size=m)
-        assert micro_batches(n, m) == {(size, j > 0) for j, size in enumerate(sizes)}
+        assert split_pairs(n, m) == {(size, j > 0) for j, size in enumerate(sizes)}
 
 
 def test_auto_ignores_the_models_own_runs_and_times_on_one_copy():

@@ -38,7 +38,7 @@ def test_batchnorm_exits_1_with_the_reason(capsys):
 
 
 def test_json_is_one_object(capsys):
-    argv = [*SMALL, "--micro-batch", "4", "--normalize", "micro_batches", "--json"]
+    argv = [*SMALL, "--micro-batch", "4", "--normalize", "micro_batch_mean", "--json"]
     assert minigrad_check(argv) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["sizes"] == [4, 4, 2] and len(result["updates"]) == 3
@@ -120,6 +120,28 @@ def test_help_shows_an_example(capsys):
     assert "3: no verdict" in " ".join(out.split())
 
 
+def test_the_choices_are_the_registries_and_micro_batches_is_a_count(capsys, monkeypatch):
+    from minigrad import optim
+    from minigrad.accumulate import STRATEGIES, Micro, strategy
+
+    class Plain(Micro):
+        name, kind, label = "plain_too", "plain", "another plain strategy"
+
+    monkeypatch.setitem(STRATEGIES, "plain_too", Plain)  # read when the parser is built
+    assert strategy.names("plain") + strategy.names("contrastive") == (
+        "micro", "exact_batchnorm", "plain_too", "naive", "gradcache", "bank")
+    with pytest.raises(SystemExit):
+        minigrad_check(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--strategy {micro,exact_batchnorm,plain_too,naive,gradcache,bank}" in help_text
+    assert f"--optimizer {{{','.join(optim.OPTIMIZERS)}}}" in help_text
+    assert "--micro-batches MICRO_BATCHES" in help_text
+    assert minigrad_check([*SMALL, "--micro-batches", "2", "--strategy", "plain_too",
+                           "--json"]) == 0
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert (config["strategy"], config["num_micro_batches"]) == ("plain_too", 2)
+
+
 # ----- python -m minigrad check ------------------------------------------------------------
 
 def run(*argv):
@@ -134,9 +156,9 @@ def run(*argv):
     (["--norm", "none", "--ignore-fraction", "0.3"], 0, None),
     (["--norm", "batch"], 1, "BatchNorm normalises each micro-batch"),
     (["--norm", "batch", "--strategy", "exact_batchnorm"], 0, None),
-    (["--normalize", "micro_batches"], 1, "divides uneven micro-batches by their count"),
+    (["--normalize", "micro_batch_mean"], 1, "divides uneven micro-batches by their count"),
     # an even split 5, 5, but 3 ignored targets: the halves keep different numbers of items
-    (["--normalize", "micro_batches", "--micro-batch", "5", "--ignore-fraction", "0.3"], 1,
+    (["--normalize", "micro_batch_mean", "--micro-batch", "5", "--ignore-fraction", "0.3"], 1,
      "kept targets"),
 ])
 def test_the_command_exits_0_or_1(extra, status, reason):

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from minigrad.analysis import precision
 from minigrad.apps import cli
+from minigrad.studies.precision import sums as precision
 
 
 def test_the_table_and_its_json_are_the_analysis_rows(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """The claims page (docs/claims.md) and the verdict rows behind it
-(``minigrad.analysis.claims``, filled by notebook 08).
+(``minigrad.studies.claims.verdicts``, filled by notebook 08).
 
 The page's markdown-exec blocks run here as the site build runs them: the first executes
 notebook 08 through ``scripts/notebooks.py`` (reusing an executed copy whose key matches)
@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from helpers import FENCE, exec_page, typed_numbers
 
-from minigrad.analysis import claims, outcomes
+from minigrad.studies.claims import outcomes
+from minigrad.studies.claims import verdicts as claims
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "claims.md"
@@ -208,7 +209,7 @@ def test_claim_8_names_the_clock_it_judges_and_reports_the_other():
     assert any("wall-clock" in arm for arm in row["outcome"]["values"])
 
 
-# ----- minigrad.analysis.claims and minigrad.analysis.outcomes -----------------------------------
+# ----- minigrad.studies.claims: verdicts and outcomes -------------------------------------
 def _row(number=1, **kwargs):
     options = {"evidence": "measured", "verdict": "holds"} | kwargs
     return claims.claim(number, "giselle", "a claim", **options)

@@ -16,7 +16,8 @@ import pytest
 from helpers import exec_page, first_number, rounding_limits, table_rows, typed_numbers
 
 from minigrad import optim
-from minigrad.analysis import bounds, norm_training, trajectory
+from minigrad.analysis import bounds, trajectory
+from minigrad.studies.batchnorm import training as norm_training
 
 CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts"
 PAGES = sorted(p.stem for p in CONCEPTS.glob("*.md"))
@@ -89,7 +90,7 @@ def test_accumulation_item_weighted_is_rounding_and_textbook_is_not():
     assert all(number(r[1]) <= PRINTED * limit for r in rows)
     assert all(number(r[2]) > 0.01 for r in rows if r[0] != "[12]")
     exact = run_page("accumulation")[3]
-    assert exact.count("**True**") == 3 and "[1, 5], `micro_batches`: equal to the full " \
+    assert exact.count("**True**") == 3 and "[1, 5], `micro_batch_mean`: equal to the full " \
         "batch: **False**" in exact
 
 

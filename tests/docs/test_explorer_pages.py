@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from minigrad import accumulate, nn
-from minigrad.analysis import explorers, memory, planner
+from minigrad.analysis import memory, planner
+from minigrad.studies.memory import explorer as memory_explorer
 
 SHOTS = os.environ.get("MINIGRAD_SITE_SHOTS")  # a folder for screenshots, if set
 
@@ -137,7 +138,7 @@ def test_split_explorer_shows_its_cases(page, server, site):  # noqa: F811
         assert bars[0]["y"] == [s["value"] for s in c["shares"]["textbook"]]
         assert bars[1]["y"] == [s["value"] for s in c["shares"]["items"]]
         errors, rows = tables(page, selector)
-        for rule in ("items", "micro_batches"):
+        for rule in ("items", "micro_batch_mean"):
             shown(errors[rule][1], c["max_rel"][rule])
         assert list(rows) == [str(j) for j in range(1, k + 1)]
         for j, row in enumerate(rows.values()):
@@ -298,9 +299,9 @@ def test_precision_explorer_shows_its_cases(page, server, site):  # noqa: F811
 def library_peaks(widths, n, optimizer, dtype, loss):
     """theoretical_peak for every micro-batch size 1..n, and the parameters' bytes."""
     model = nn.MLP(widths, seed=0, dtype=dtype)
-    opt = explorers.MEMORY_OPTIMIZERS[optimizer][1](model.parameters())
+    opt = memory_explorer.MEMORY_OPTIMIZERS[optimizer][1](model.parameters())
     x = np.zeros((n, widths[0]), dtype=dtype)
-    peaks = [memory.theoretical_peak(model, explorers.MEMORY_LOSSES[loss][1](), opt, x,
+    peaks = [memory.theoretical_peak(model, memory_explorer.MEMORY_LOSSES[loss][1](), opt, x,
                                      accumulate.split_sizes(n, micro_batch_size=m))
              for m in range(1, n + 1)]
     return peaks, sum(p.data.nbytes for p in model.parameters())

@@ -1,6 +1,6 @@
 """The notebooks' interactive figures: what the site draws is what the notebook computed.
 
-``publish`` (minigrad.apps.plotting.interactive) gives a figure's data as a display output;
+``publish`` (minigrad.studies.interactive) gives a figure's data as a display output;
 docs_hooks/notebooks.py turns it, with the PNG that follows, into a ``<div
 class="minigrad-figure">`` holding that data unchanged, and a "static figure" toggle;
 javascripts/figures.js draws it with the site's plotly.js. In a real browser, every trace of

@@ -35,7 +35,7 @@ TERMS = {
     "step": ["*update*", "micro-batch", "ambiguous", "gradient_accumulation_steps"],
     "ulp": ["last place"],
     "bound": ["derived", "rounding", "gap"],
-    "textbook": ["mean", "number of micro-batches", 'normalize="micro_batches"', "Accelerate"],
+    "textbook": ["mean", "number of micro-batches", 'normalize="micro_batch_mean"', "Accelerate"],
     "item-weighted": ["sum", "once", "item count", 'normalize="items"', "default"],
     "sum": ['normalize="sum"', "nothing divides"],
     "strategy": ["how one window is run", '"micro"', '"exact_batchnorm"', "user's object",

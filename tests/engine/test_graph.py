@@ -157,7 +157,7 @@ def test_failure_during_backward_leaves_every_grad_unchanged(xp):
         raise MemoryError("simulated failure half-way through backward")
 
     # y's gradient is complete before the broken node is reached, x's comes after it
-    out = y * 2.0 + primitive(x.data, (x,), broken)
+    out = y * 2.0 + primitive(x.data, (x,), broken, name="broken")
     with pytest.raises(MemoryError):
         out.sum().backward()
     assert _equal(x.grad, [3.0, 4.0])
@@ -176,7 +176,7 @@ def test_the_walk_frees_each_nodes_saved_arrays_as_soon_as_its_backward_ran():
             seen["alive"] = hidden() is not None
             return g
 
-        return primitive(t.data * 1.0, (t,), backward)
+        return primitive(t.data * 1.0, (t,), backward, name="probe")
 
     def forward():
         h = probe(x).exp()  # h.data is saved by exp's backward and by the product below
@@ -199,3 +199,13 @@ def test_a_second_backward_needs_retain_graph():
     with pytest.raises(RuntimeError, match="already freed.*retain_graph=True"):
         y.backward()
     assert np.array_equal(x.grad, [4.0, 8.0])
+
+
+def test_an_input_written_in_place_after_the_forward_is_refused_naming_its_node():
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    loss = (w.exp() * 2.0).sum()
+    w._version += 1  # what an optimizer's in-place step does (minigrad.optim.in_place)
+    with pytest.raises(RuntimeError, match=r"shape \(2,\), an input of this graph's 'exp' "
+                                           r"node, was updated in place after the forward"):
+        loss.backward()
+    assert w.grad is None

@@ -70,11 +70,83 @@ def test_op_names(make, expected):
     assert op_name(make(x, y)) == expected
 
 
-def test_a_custom_primitive_is_named_after_the_function_that_defines_it():
+def test_a_custom_primitive_has_the_name_it_is_given():
     def cube(x):
-        return primitive(x.data ** 3, (x,), lambda g: g * 3 * x.data ** 2)
+        return primitive(x.data ** 3, (x,), lambda g: g * 3 * x.data ** 2, name="my cube")
 
-    assert op_name(cube(Tensor([2.0], requires_grad=True))) == "cube"
+    assert op_name(cube(Tensor([2.0], requires_grad=True))) == "my cube"
+
+
+def test_a_primitive_without_a_name_is_refused_by_name():
+    x = Tensor([2.0], requires_grad=True)
+    with pytest.raises(TypeError, match="required keyword-only argument: 'name'"):
+        primitive(x.data, (x,), lambda g: g)
+    for bad in ("", None, 3):
+        with pytest.raises(TypeError, match=r"name of a primitive must be a non-empty str, "
+                                            r"the operation a graph shows \(e.g. name='cube'\)"
+                                            rf", got {type(bad).__name__} {bad!r}"):
+            primitive(x.data, (x,), lambda g: g, name=bad)
+
+
+def _every_primitive(x, y):
+    """Each primitive of the package once, by the name a graph shows: name -> result."""
+    from minigrad.accumulate.exact_batchnorm import GlobalStatistics
+    from minigrad.accumulate.precision import rounded
+    from minigrad.engine import linear
+    from minigrad.engine.primitives import softmax
+
+    stats = GlobalStatistics(nn.BatchNorm1d(2))
+    stats.finish_stats([(2, np.zeros((1, 2)), np.full((1, 2), 2.0))])
+    labels = np.zeros((2, 1), dtype=np.int64)
+    return {
+        "add": x + y, "neg": -x, "mul": x * y, "div": x / y, "pow": x ** 3, "rpow": 2.0 ** x,
+        "exp": x.exp(), "log": x.log(), "sqrt": x.sqrt(), "tanh": x.tanh(), "relu": x.relu(),
+        "sigmoid": F.sigmoid(x), "maximum": maximum(x, y),
+        "sum": x.sum(), "reshape": x.reshape(4), "transpose": x.T,
+        "take_along_axis": take_along_axis(x, np.zeros((2, 1), dtype=np.int64)),
+        "matmul": x @ y, "linear": linear(x, y),
+        "log_softmax": F.log_softmax(x),
+        "cross_entropy": softmax.cross_entropy_rows(x, labels, None, "sum", None, (2,)),
+        "recompute": nn.recompute(nn.Tanh(), x),
+        "rounded": rounded(x, "float16"),
+        "standardize": stats.standardize(x, (0,)),
+    }
+
+
+def test_every_primitive_of_the_package_carries_its_name():
+    x = Tensor(np.full((2, 2), 1.5), requires_grad=True)
+    y = Tensor(np.full((2, 2), 0.5), requires_grad=True)
+    made = _every_primitive(x, y)
+    assert len(made) == 24
+    for name, out in made.items():
+        assert op_name(out) == name
+        assert nodes(out)[-1].op == name
+
+
+def test_every_primitive_call_of_the_package_names_its_node_and_is_listed_above():
+    """Each ``primitive(...)`` call in minigrad's source passes ``name=`` a string, and the
+    names are those ``_every_primitive`` runs: a new primitive has to be added there."""
+    import ast
+    from pathlib import Path
+
+    import minigrad
+
+    names = []
+    for path in Path(minigrad.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "primitive":
+                (name,) = [k.value for k in node.keywords if k.arg == "name"]
+                assert isinstance(name, ast.Constant) and isinstance(name.value, str), path
+                names.append(name.value)
+    x = Tensor(np.full((2, 2), 1.5), requires_grad=True)
+    assert sorted(names) == sorted(_every_primitive(x, x))
+
+
+def test_the_name_is_the_node_s_own_not_read_from_its_backward():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    out = x * x
+    out._backward = lambda g: (g, g)  # a closure defined here, named after this test
+    assert op_name(out) == "mul"
 
 
 def test_backward_frees_the_graph_unless_retained():

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minigrad import backend
-from minigrad.engine import Tensor, linear, maximum, primitive, take_along_axis
+from minigrad.engine import Tensor, lift, linear, maximum, primitive, take_along_axis
 
 
 def _gather_ref(x, idx, axis):
@@ -312,6 +312,36 @@ def test_integer_tensors_promote_with_float_numbers_as_pytorch_does():
     assert (floats32 * 0.1).dtype == np.float32  # a number takes a float tensor's dtype
 
 
+def test_lift_makes_a_value_a_tensor_like_another(xp):
+    like = Tensor(xp.asarray([1.0, 2.0], dtype=xp.float32), requires_grad=True)
+    number = lift(3, like=like)
+    assert type(number) is Tensor and number.xp is like.xp and number.dtype == xp.float32
+    assert number.device == like.device and number.shape == () and not number.requires_grad
+    assert lift(like, like=like) is like  # a Tensor comes back as it is
+    listed = lift([0.5, 1.5], like=like)
+    assert listed.dtype == xp.float32 and backend.to_numpy(listed.data).tolist() == [0.5, 1.5]
+    array = xp.asarray([1, 2])
+    assert lift(array, like=like).data is array  # an array of the namespace keeps its dtype
+    ints = Tensor(xp.asarray([1, 2]))
+    assert xp.isdtype(lift(0.5, like=ints).dtype, "real floating")  # int * 0.5 is floating
+    # the operators lift exactly this way: the same bits as an explicit lift
+    assert np.array_equal((like * 0.1).numpy(), (like * lift(0.1, like=like)).numpy())
+
+
+def test_lift_refuses_another_namespace_and_a_like_that_is_no_tensor():
+    like = Tensor(np.array([1.0]))
+    other = backend.resolve_namespace("array_api_strict").asarray([1.0])
+    for value in (other, Tensor(other)):
+        with pytest.raises(TypeError, match="numpy.*array_api_strict|array_api_strict.*numpy"):
+            lift(value, like=like)
+    with pytest.raises(TypeError, match="cannot combine a Tensor with str"):
+        lift("a", like=like)
+    with pytest.raises(TypeError, match="like must be a minigrad Tensor, got ndarray"):
+        lift(1.0, like=np.ones(1))
+    with pytest.raises(TypeError, match="keyword-only argument: 'like'"):
+        lift(1.0)
+
+
 def test_a_number_to_a_tensor_power_has_its_gradient():
     t = Tensor([1.0, 2.0], requires_grad=True)
     (2.0 ** t).sum().backward()
@@ -325,9 +355,9 @@ def test_a_number_to_a_tensor_power_has_its_gradient():
 def test_primitive_seeds_and_gathers_are_checked_by_name():
     x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     with pytest.raises(TypeError, match="inputs of a primitive must be a non-empty tuple"):
-        primitive(np.ones(2), (), lambda g: g)
+        primitive(np.ones(2), (), lambda g: g, name="identity")
     with pytest.raises(TypeError, match="inputs of a primitive must be a non-empty tuple"):
-        primitive(np.ones(2), (np.ones(2),), lambda g: g)
+        primitive(np.ones(2), (np.ones(2),), lambda g: g, name="identity")
     with pytest.raises(TypeError, match="gradient must hold numbers"):
         (x * 2.0).backward(np.array(["a", "b", "c"]))
     with pytest.raises(TypeError, match="gradient must be an array of the output's namespace"):

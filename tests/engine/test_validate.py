@@ -6,11 +6,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from blobs import blobs
 
 from minigrad import nn, optim
 from minigrad.accumulate import split_sizes
-from minigrad.apps import data
 from minigrad.engine import backend, validate
+from minigrad.studies import data
 
 
 def test_integer_accepts_numpy_integers_and_refuses_bools_and_floats():
@@ -120,7 +121,7 @@ def test_sizes_refuse_bools_and_floats_and_accept_numpy_ints_everywhere(name, bu
     lambda: nn.BatchNorm1d(3, momentum=1.5),
     lambda: nn.Dropout(p=float("nan")),
     lambda: nn.MLP([2, 3, 1], dropout=-0.1),
-    lambda: data.blobs(spread=float("inf")),
+    lambda: blobs(spread=float("inf")),
     lambda: data.digits(test_fraction=1.0),
 ])
 def test_non_finite_and_out_of_range_values_are_refused(build):

@@ -94,6 +94,17 @@ def test_dropout_module(xp):
     assert np.array_equal(_np(layer(x)), np.ones((6, 8)))
 
 
+def test_dropout_keys_of_rows_are_the_whole_batchs_masks(xp):
+    # Rows 10..15 of a batch, keyed by their positions, draw that batch's masks for them.
+    x = _tensor(xp, np.ones((6, 8)), requires_grad=False)
+    keys = dropout_keys.rows(7, x.data, start=10)
+    assert keys.keys[0] == 7 and _np(keys.keys[1]).tolist() == list(range(10, 16))
+    with keys:
+        rows = _np(Dropout(0.5, seed=9)(x))
+    assert np.array_equal(rows, _mask(xp, 16, 8, seed=9, step=7)[10:])
+    assert _np(dropout.positions(x.data)).tolist() == list(range(6))
+
+
 def test_ctrl_c_while_entering_dropout_keys_leaves_the_keys_as_they_were():
     # Ctrl-C at any line that entering runs: the old generator-based manager set the keys,
     # then met the fault at its ``try:`` line, outside the try that puts them back.

@@ -12,7 +12,7 @@ from helpers import as_numpy as _np
 from helpers import leaf as _tensor
 from helpers import other_namespace as _other
 
-from minigrad.engine.functions import take_along_axis
+from minigrad.engine import take_along_axis
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import Dropout
 from minigrad.nn import functional as F
@@ -120,10 +120,11 @@ def _composite_cross_entropy(logits, target, reduction, ignore_index):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", range(6))
 def test_fused_cross_entropy_equals_the_composite(xp, reduction, dtype, case):
-    # Both evaluate the same IEEE operations on the same values (F._cross_entropy's
-    # docstring): the loss -((z_t - c) - lse), the gradient G - p * rowsum(G) with G = -s at
-    # the target. So the values are equal (np.array_equal counts -0.0 == 0.0: the composite's
-    # one-hot product makes -0.0 where torch, and the fused node, write 0.0).
+    # Both evaluate the same IEEE operations on the same values (the docstring of
+    # minigrad.engine.primitives.softmax.cross_entropy_rows): the loss -((z_t - c) - lse),
+    # the gradient G - p * rowsum(G) with G = -s at the target. So the values are equal
+    # (np.array_equal counts -0.0 == 0.0: the composite's one-hot product makes -0.0 where
+    # torch, and the fused node, write 0.0).
     rng = np.random.default_rng(case)
     rows, classes = [(1, 1), (7, 4), (64, 10), (33, 3), (5, 2), (128, 17)][case]
     z = rng.normal(scale=[1.0, 3.0, 30.0][case % 3], size=(rows, classes))

@@ -1,4 +1,4 @@
-"""Ghost BatchNorm: BatchNorm1d(..., ghost_batch_size=g) normalises consecutive virtual
+"""Ghost BatchNorm: GhostBatchNorm1d(..., ghost_batch_size=g) normalises consecutive virtual
 batches of g samples on their own. The positive control: full-batch training with ghost
 size g IS accumulated BatchNorm training over micro-batches of g (gradients, trajectories,
 running statistics), up to rounding; and g >= N is plain BatchNorm, bit for bit."""
@@ -20,10 +20,11 @@ SIZES = [4, 8, 8, 3]  # MLP: 3 Linear layers, 2 BatchNorms, width 8
 
 
 def _ghost(model, g):
-    """``model`` with ghost_batch_size = g on every BatchNorm1d."""
-    for _, module in model.named_modules():
-        if isinstance(module, nn.BatchNorm1d):
-            module.ghost_batch_size = g
+    """``model`` (a new MLP) with a GhostBatchNorm1d of g in place of each BatchNorm1d."""
+    for name, layer in model.named_children():
+        if isinstance(layer, nn.BatchNorm1d):
+            setattr(model, name, nn.GhostBatchNorm1d(layer.num_features, g, xp=layer.weight.xp,
+                                                     device=layer.weight.device))
     return model
 
 
@@ -57,7 +58,7 @@ def _max_gap(a, b):
 # ----- one layer: exact tiny case, gradient check, errors -------------------------------------
 def test_three_virtual_batches_by_hand(xp):
     # virtual batches (1, 3), (0, 4), (10, 14): means 2, 2, 12; biased variances 1, 4, 4
-    bn = nn.BatchNorm1d(1, ghost_batch_size=2, xp=xp)
+    bn = nn.GhostBatchNorm1d(1, ghost_batch_size=2, xp=xp)
     out = bn(Tensor(xp.asarray([[1.0], [3.0], [0.0], [4.0], [10.0], [14.0]], dtype=xp.float64)))
     s1, s2 = 1 / np.sqrt(1 + 1e-5), 2 / np.sqrt(4 + 1e-5)
     np.testing.assert_allclose(out.numpy()[:, 0], [-s1, s1, -s2, s2, -s2, s2], rtol=1e-15)
@@ -86,7 +87,7 @@ def _ghost_ref(g):
 @pytest.mark.parametrize("x_shape, g", [((11, 3), 4), ((8, 2, 3), 3)])
 def test_gradient_check(xp, x_shape, g):
     """vs finite differences and HIPS autograd on a sliced reference (last batch smaller)."""
-    bn = nn.BatchNorm1d(x_shape[1], ghost_batch_size=g, xp=xp)
+    bn = nn.GhostBatchNorm1d(x_shape[1], g, xp=xp)
 
     def fn(x, w, b):
         bn._parameters["weight"], bn._parameters["bias"] = w, b  # check_op's leaves
@@ -101,7 +102,7 @@ def test_gradient_check(xp, x_shape, g):
 def test_layer_equals_sequence_of_micro_batches(xp, x_shape, g, momentum):
     """One ghost forward = the same layer run on each virtual batch in turn."""
     x = np.random.default_rng(1).normal(size=x_shape)
-    ghost = nn.BatchNorm1d(x_shape[1], momentum=momentum, ghost_batch_size=g, xp=xp)
+    ghost = nn.GhostBatchNorm1d(x_shape[1], g, momentum=momentum, xp=xp)
     plain = nn.BatchNorm1d(x_shape[1], momentum=momentum, xp=xp)
     out = ghost(Tensor(xp.asarray(x))).numpy()
     parts = [plain(Tensor(xp.asarray(x[s:s + g]))).numpy() for s in range(0, len(x), g)]
@@ -116,7 +117,7 @@ def test_layer_equals_sequence_of_micro_batches(xp, x_shape, g, momentum):
 @pytest.mark.parametrize("g", [6, 7, 100])
 def test_ghost_size_at_least_batch_is_plain_batchnorm(xp, g):
     x = Tensor(xp.asarray(np.random.default_rng(2).normal(size=(6, 3))))
-    ghost, plain = nn.BatchNorm1d(3, ghost_batch_size=g, xp=xp), nn.BatchNorm1d(3, xp=xp)
+    ghost, plain = nn.GhostBatchNorm1d(3, g, xp=xp), nn.BatchNorm1d(3, xp=xp)
     assert np.array_equal(ghost(x).numpy(), plain(x).numpy())
     for (_, a), (_, b) in zip(ghost.named_buffers(), plain.named_buffers()):
         assert np.array_equal(backend.to_numpy(a), backend.to_numpy(b))
@@ -124,7 +125,7 @@ def test_ghost_size_at_least_batch_is_plain_batchnorm(xp, g):
 
 def test_eval_mode_ignores_ghost_size(xp):
     x = Tensor(xp.asarray(np.random.default_rng(3).normal(size=(9, 3))))
-    ghost, plain = nn.BatchNorm1d(3, ghost_batch_size=2, xp=xp), nn.BatchNorm1d(3, xp=xp)
+    ghost, plain = nn.GhostBatchNorm1d(3, 2, xp=xp), nn.BatchNorm1d(3, xp=xp)
     for bn in (ghost, plain):
         bn(Tensor(xp.asarray(np.random.default_rng(4).normal(size=(8, 3)))))  # 1 / 4 updates
     ghost.running_mean, ghost.running_var = plain.running_mean, plain.running_var
@@ -132,16 +133,78 @@ def test_eval_mode_ignores_ghost_size(xp):
 
 
 def test_bad_ghost_sizes(xp):
-    for bad, error in ((0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError),
-                       (True, TypeError)):
-        with pytest.raises(error, match="ghost_batch_size must be a positive int"):
-            nn.BatchNorm1d(3, ghost_batch_size=bad, xp=xp)
-    bn = nn.BatchNorm1d(3, ghost_batch_size=4, xp=xp)
-    with pytest.raises(ValueError, match=r"ghost_batch_size=4.*\(9, 3\) leaves 1"):
+    for bad, error, shown in ((0, ValueError, "0"), (-2, ValueError, "-2"),
+                              (2.5, TypeError, "float 2.5"), ("4", TypeError, "str '4'"),
+                              (True, TypeError, "bool True"), (None, TypeError, "NoneType None")):
+        with pytest.raises(error, match=f"^ghost_batch_size must be a positive int, got {shown}$"):
+            nn.GhostBatchNorm1d(3, bad, xp=xp)
+    with pytest.raises(TypeError, match="missing 1 required positional argument: "
+                                        "'ghost_batch_size'"):
+        nn.GhostBatchNorm1d(3)
+    with pytest.raises(ValueError, match="eps must be a finite number"):
+        nn.GhostBatchNorm1d(3, 4, eps=-1.0)  # BatchNorm1d's own checks, unchanged
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ghost_batch_size'"):
+        nn.BatchNorm1d(3, ghost_batch_size=4)  # a layer of its own, no longer a mode
+    bn = nn.GhostBatchNorm1d(3, 4, xp=xp)
+    with pytest.raises(ValueError, match=r"^GhostBatchNorm1d\(3, ghost_batch_size=4\) needs more "
+                                         r"than 1 value .*\(9, 3\) leaves 1 in the last one$"):
         bn(Tensor(xp.ones((9, 3), dtype=xp.float64)))
     # a last virtual batch of 1 sample with 2 values per channel is fine, as in BatchNorm1d
     assert bn(Tensor(xp.ones((9, 3, 2), dtype=xp.float64))).shape == (9, 3, 2)
-    assert "ghost_batch_size=4" in repr(bn)
+    assert repr(bn) == "GhostBatchNorm1d(3, eps=1e-05, momentum=0.1, ghost_batch_size=4)"
+
+
+def test_a_batchnorm_of_its_own_with_batchnorms_state():
+    ghost, plain = nn.GhostBatchNorm1d(3, 2, momentum=None, affine=False), nn.BatchNorm1d(3)
+    assert isinstance(ghost, nn.BatchNorm1d)  # every check for BatchNorm finds it
+    assert (ghost.momentum, ghost.affine, ghost.ghost_batch_size) == (None, False, 2)
+    assert list(nn.GhostBatchNorm1d(3, 2).state_dict()) == list(plain.state_dict())
+
+
+@pytest.mark.parametrize("x_shape, g", [((6, 2), 2), ((10, 3), 4), ((5, 2, 2), 2)])
+def test_equals_the_hand_composed_ghost_batch_exactly(xp, x_shape, g):
+    """``==`` to BatchNorm1d standardising each virtual batch on its own, on data where
+    every operation is exact (small dyadic values; per channel, each virtual batch holds
+    pairs m +- d, so its mean is m and its variance d^2, a power of two, over a power-of-two
+    count; eps = 0): output, running statistics, and the gradients of x, weight and bias.
+    A virtual batch one sample off moves a mean by a multiple of 1/4."""
+    rng = np.random.default_rng(5)
+    n, c = x_shape[:2]
+    x = np.empty(x_shape)
+    for start in range(0, n, g):
+        for k in range(c):
+            part = x[start:start + g, k, ...]
+            signs = np.reshape(np.resize([1.0, -1.0], part.size), part.shape)
+            part[...] = rng.integers(-4, 5) / 4 + 2.0 ** rng.integers(-1, 2) * signs
+    weight, bias = rng.integers(1, 5, size=c) / 2, rng.integers(-4, 5, size=c) / 4
+    seed = rng.integers(-4, 5, size=x_shape) / 8
+
+    def trained(layer):
+        layer.weight.data, layer.bias.data = xp.asarray(weight), xp.asarray(bias)
+        return layer
+
+    ghost = trained(nn.GhostBatchNorm1d(c, g, eps=0.0, momentum=0.5, xp=xp))
+    x_ghost = Tensor(xp.asarray(x), requires_grad=True)
+    out_ghost = ghost(x_ghost)
+    (out_ghost * Tensor(xp.asarray(seed))).sum().backward()
+
+    hand = trained(nn.BatchNorm1d(c, eps=0.0, momentum=0.5, xp=xp))
+    parts = [Tensor(xp.asarray(x[s:s + g]), requires_grad=True) for s in range(0, n, g)]
+    outs = [hand(part) for part in parts]  # one batch after the other, as accumulation runs
+    sum((out * Tensor(xp.asarray(seed[s:s + g]))).sum()
+        for out, s in zip(outs, range(0, n, g))).backward()
+
+    def host(arrays):
+        return np.concatenate([backend.to_numpy(a) for a in arrays])
+
+    assert np.array_equal(out_ghost.numpy(), host(out.data for out in outs))
+    assert np.array_equal(backend.to_numpy(x_ghost.grad), host(part.grad for part in parts))
+    for name in ("weight", "bias"):
+        assert np.array_equal(backend.to_numpy(getattr(ghost, name).grad),
+                              backend.to_numpy(getattr(hand, name).grad))
+    for (name, a), (_, b) in zip(ghost.named_buffers(), hand.named_buffers()):
+        assert np.array_equal(backend.to_numpy(a), backend.to_numpy(b)), name
+    assert int(ghost.num_batches_tracked) == -(-n // g)
 
 
 # ----- the positive control: ghost full batch == accumulated BatchNorm training ---------------

@@ -140,7 +140,7 @@ def test_float32_stays_float32(xp):
 
 def test_paired_digits_are_the_left_and_right_halves_of_digits():
     pytest.importorskip("sklearn", reason="scikit-learn is not installed")
-    from minigrad.apps.data import digits, paired_digits
+    from minigrad.studies.data import digits, paired_digits
 
     x, y, x_test, y_test = paired_digits(seed=3)
     flat, labels, _, _ = digits(seed=3)

@@ -78,6 +78,19 @@ def test_a_bad_grad_changes_nothing(xp, make_opt, bad):
     assert snapshot(opt) == before
 
 
+def test_optimizers_by_name(xp):
+    params = two_params(xp)
+    made = {name: optim.make(name, params, 0.1, weight_decay=0.01) for name in optim.OPTIMIZERS}
+    assert optim.OPTIMIZERS == ("sgd", "momentum", "adam", "adamw")
+    assert [type(made[name]) for name in optim.OPTIMIZERS] == [SGD, SGD, Adam, AdamW]
+    assert (made["sgd"].hyperparams["momentum"], made["momentum"].hyperparams["momentum"]) == \
+        (0.0, 0.9)
+    assert all(o.lr == 0.1 and o.hyperparams["weight_decay"] == 0.01 for o in made.values())
+    with pytest.raises(ValueError, match="^optimizer must be one of 'sgd', 'momentum', 'adam', "
+                                         "'adamw', got 'rmsprop'"):
+        optim.make("rmsprop", params, 0.1)
+
+
 def test_a_parameter_without_grad_is_skipped_and_keeps_its_count(xp):
     a, b = two_params(xp)
     b_start = np_(b.data)
