@@ -1,12 +1,11 @@
 """What a user imports to check and plan accumulation: ``metrics`` (ULPs, cosine, accuracy),
-``equivalence`` reports (full batch against accumulated), ``exact`` (Fraction) mode,
-``reference`` (the same models in HIPS autograd), the derived rounding ``bounds`` and the
-``trajectory`` bound replayed beside two runs, the ``check`` built on them and
-``contrastive_check`` for losses with in-batch negatives (``contrastive_bound``: GradCache's
-bound; ``power``: could a check have failed?), and memory: the measured peak of an update
-(``memory``), its theory (``memory_theory``) and the micro-batch ``planner`` (with
-``recompute_choice``: which hidden layers to recompute). The course built on them is
-``minigrad.studies``.
+``equivalence`` reports (full batch against accumulated), ``exact`` (Fraction) mode, ``reference``
+(the same models in HIPS autograd), the derived rounding ``bounds`` and the ``trajectory`` bound
+replayed beside two runs, the ``check`` built on them (``causes``: why not, in words) and
+``contrastive_check`` for losses with in-batch negatives (``contrastive_bound``: GradCache's bound;
+``power``: could a check have failed?), and memory: the measured peak of an update (``memory``),
+its theory (``memory_theory``) and the micro-batch ``planner`` (with ``recompute_choice``: which
+hidden layers to recompute). The course built on them is ``minigrad.studies``.
 
 Each module is imported on first use (PEP 562), so ``import minigrad.analysis`` costs
 nothing and HIPS autograd is imported only with ``reference``.
@@ -14,8 +13,8 @@ nothing and HIPS autograd is imported only with ``reference``.
 
 import importlib
 
-__all__ = ["bounds", "check", "contrastive_bound", "contrastive_check", "equivalence", "exact",
-           "memory", "memory_theory", "metrics", "planner", "power", "recompute_choice",
+__all__ = ["bounds", "causes", "check", "contrastive_bound", "contrastive_check", "equivalence",
+           "exact", "memory", "memory_theory", "metrics", "planner", "power", "recompute_choice",
            "reference", "trajectory"]
 
 

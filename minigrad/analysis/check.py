@@ -11,23 +11,10 @@ draws x ~ N(0, 1) (``global_batch`` rows) and targets from ``numpy.random.defaul
 but one) set to ``ignore_index`` -100, for cross-entropy; N(0, 1) for MSE. The model is
 ``nn.MLP(sizes, ..., seed=seed)``.
 
-Why not, in words. The set-up predicts these differences, and they are given as reasons
-when the measured gap exceeds the bound:
-
-* "BatchNorm normalises each micro-batch with its own statistics": ``norm="batch"`` with
-  ``strategy="micro"`` and more than one micro-batch;
-* "the textbook rule divides uneven micro-batches by their count": ``normalize=
-  "micro_batch_mean"`` with micro-batches of different sizes;
-* "the textbook rule weighs micro-batches equally but they hold different numbers of kept
-  targets": ``normalize="micro_batch_mean"`` with ignored targets spread unevenly;
-* "normalize='sum' scales the gradient by the number of items": ``"sum"`` with more than
-  one item in an update.
-
-A gap beyond the bound that none of them predicts is reported as such; where ReLU inputs
-took opposite signs in the full-batch and the micro-batch forward passes (``relu_flips``,
-the float32 caveat of ``minigrad.analysis.bounds``), that is named as the cause. A
-predicted difference that the measurement did not show (the textbook rule with uneven
-micro-batches that happened to hold equal numbers of kept targets) is said in ``notes``.
+Why not. Where the gap exceeds the bound the result names the cause: the differences the
+set-up predicts (BatchNorm with micro-batches, the textbook rule on uneven splits or unevenly
+kept targets, ``normalize='sum'``), else a ReLU input that flipped sign, else the gap alone
+(``minigrad.analysis.causes``).
 
 No verdict. A third run from the same start, the idle run of ``minigrad.analysis.power``,
 gives the optimizer a gradient of 0 at every update. Where the gap is within the bound at
@@ -73,27 +60,23 @@ from minigrad import nn, optim
 from minigrad.accumulate import NORMALIZE, split_sizes
 from minigrad.accumulate import strategy as strategies
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
+from minigrad.analysis.causes import (
+    EQUIVALENT,
+    IGNORE_INDEX,
+    NOT_EQUIVALENT,
+    predicted_causes,
+    relu_flips,
+    verdict,
+)
 from minigrad.analysis.equivalence import compare_named
 from minigrad.analysis.power import NO_VERDICT, could_fail, idle_step, no_verdict
 from minigrad.analysis.trajectory import Diverged, trajectory_bounds
-from minigrad.engine import Tensor, backend, no_grad, validate
+from minigrad.engine import validate
 from minigrad.nn.mlp import ACTIVATIONS
 
 NORMS = ("none", "batch", "group", "layer")
 LOSSES = ("cross-entropy", "mse")
 DTYPES = ("float64", "float32")
-IGNORE_INDEX = -100
-REASONS = {
-    "batchnorm": "BatchNorm normalises each micro-batch with its own statistics",
-    "uneven": "the textbook rule divides uneven micro-batches by their count",
-    "kept": "the textbook rule weighs micro-batches equally but they hold different numbers "
-            "of kept targets",
-    "sum": "normalize='sum' scales the gradient by the number of items",
-}
-EQUIVALENT = "accumulated training IS full-batch training within the floating-point bound"
-NOT_EQUIVALENT = "accumulated training is NOT full-batch training"
-
-
 def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
                   ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
                   global_batch=64, micro_batch=None, num_micro_batches=None, normalize="items",
@@ -192,30 +175,6 @@ def _factories(config):
     return make, make_optimizer, nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
 
 
-def relu_flips(model, x, sizes, step_index):
-    """How many ReLU inputs are positive in one of the full-batch and the micro-batch
-    forward passes of ``x`` and not in the other (same parameters, same dropout masks).
-
-    ``None`` for a model with BatchNorm, whose micro-batch inputs differ by design.
-    """
-    if any(isinstance(layer, nn.BatchNorm1d) for layer in model):
-        return None
-
-    def signs(rows, start):
-        h, seen = Tensor(rows), []
-        with no_grad(), nn.dropout_keys.rows(step_index, rows, start):
-            for layer in model:
-                if isinstance(layer, nn.ReLU):
-                    seen.append(backend.to_numpy(h.data) > 0)
-                h = layer(h)
-        return seen
-
-    starts = np.cumsum([0, *sizes[:-1]])
-    parts = [signs(x[s:s + n, ...], int(s)) for s, n in zip(starts, sizes)]
-    return sum(int(np.sum(whole != np.concatenate(part)))
-               for whole, *part in zip(signs(x, 0), *parts))
-
-
 def _finite(value):
     value = float(value)
     return value if np.isfinite(value) else None
@@ -237,23 +196,6 @@ def _measure(t, full, acc, idle, bound):
             "max_ulp": _finite(gap["max_ulp"]), "bound": _finite(np.max(bound)),
             "ratio": _finite(bound_ratio(error, bound)),
             "idle_ratio": _finite(bound_ratio(idle_gap, bound))}
-
-
-def _predicted(config, split, data, loss):
-    """The keys of ``REASONS`` that the set-up predicts, and the items (kept targets, or
-    samples times outputs) of each micro-batch at each update."""
-    ends = np.cumsum(split)
-    items = [[loss.num_items(y[e - s:e, ...]) for s, e in zip(split, ends)] for _, y in data]
-    textbook = config["normalize"] == "micro_batch_mean"
-    ignored = any(bool(np.any(y == IGNORE_INDEX)) for _, y in data)
-    predicted = {
-        "batchnorm": config["norm"] == "batch" and config["strategy"] == "micro"
-        and len(split) > 1,
-        "uneven": textbook and len(set(split)) > 1,
-        "kept": textbook and ignored and any(len(set(row)) > 1 for row in items),
-        "sum": config["normalize"] == "sum" and any(sum(row) > 1 for row in items),
-    }
-    return [key for key, holds in predicted.items() if holds], items
 
 
 def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
@@ -303,52 +245,11 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
             if err.run != "accumulated":
                 raise
             diverged = err
-    predicted, items = _predicted(config, split, data, loss_fn)
-    equivalent, reasons, notes = _verdict(config, predicted, items, updates, flips, diverged)
+    predicted, items = predicted_causes(config, split, data, loss_fn)
+    equivalent, reasons, notes = verdict(config, predicted, items, updates, flips, diverged)
     if equivalent and not could_fail(row["idle_ratio"] for row in updates):
         equivalent, reasons = None, no_verdict(config, updates, still)
     label = NOT_EQUIVALENT if equivalent is False else NO_VERDICT
-    verdict = EQUIVALENT if equivalent else f"{label}: {'; '.join(reasons)}"
+    sentence = EQUIVALENT if equivalent else f"{label}: {'; '.join(reasons)}"
     return {"config": config, "sizes": split, "updates": updates, "equivalent": equivalent,
-            "reasons": reasons, "notes": notes, "verdict": verdict}
-
-
-def _verdict(config, predicted, items, updates, flips, diverged):
-    """(equivalent, reasons, notes): the predicted causes where the gap confirms them, else
-    what the measurement shows (a diverged run, a ReLU flip, or only the gap)."""
-    within = [row["ratio"] is not None and row["ratio"] <= 1 for row in updates]
-    first_bad = within.index(False) if False in within else len(updates)
-    flipped = [(t + 1, n) for t, n in enumerate(flips[:first_bad + 1]) if n]
-    if diverged is None and all(within):
-        notes = [_not_shown(key, items) for key in predicted]
-        notes += [f"{n} ReLU input(s) took opposite signs in the two forward passes of "
-                  f"update {t}, but the gap stayed within the bound" for t, n in flipped]
-        return True, [], notes
-    reasons = [REASONS[key] for key in predicted]
-    if diverged is not None:
-        reasons.append(f"{diverged}, while the full-batch run stayed finite")
-    if not reasons and flipped:
-        reasons.append(_flip_reason(*flipped[0], config["dtype"]))
-    if not reasons:
-        ratio = updates[first_bad]["ratio"]
-        reasons.append(f"the parameter gap exceeds the floating-point bound (gap / bound = "
-                       f"{'inf' if ratio is None else f'{ratio:.3g}'} at update "
-                       f"{first_bad + 1}), and none of the known causes applies here")
-    return False, reasons, []
-
-
-def _flip_reason(update, count, dtype):
-    return (f"at update {update}, {count} ReLU input(s) within rounding of 0 took opposite "
-            f"signs in the full-batch and the micro-batch forward passes ({dtype}): relu' is "
-            f"0 on one side and 1 on the other, a change that no rounding bound covers; the "
-            f"accumulation rule itself is right")
-
-
-def _not_shown(key, items):
-    """A predicted difference that the measured gap did not show, and why where known."""
-    note = (f"the set-up predicts a difference ({REASONS[key]}), but the measured gap "
-            f"stayed within the bound at every update")
-    if key in ("uneven", "kept") and all(len(set(row)) == 1 for row in items):
-        note += (": the micro-batches always held equal numbers of items, so the textbook rule "
-                 "was exact here")
-    return note
+            "reasons": reasons, "notes": notes, "verdict": sentence}

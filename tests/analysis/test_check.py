@@ -10,7 +10,8 @@ import pytest
 
 from minigrad import Parameter, nn, optim
 from minigrad.analysis import check as checking
-from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS, check
+from minigrad.analysis.causes import EQUIVALENT, NOT_EQUIVALENT, REASONS, relu_flips
+from minigrad.analysis.check import check
 from minigrad.analysis.power import IDLE, NO_VERDICT, idle_step
 from minigrad.analysis.trajectory import Diverged
 
@@ -240,6 +241,6 @@ def test_relu_flips_counts_inputs_that_change_sign_between_the_passes():
     x = np.array([[0.0, 1.0], [2.0, -3.0], [0.0, 0.0], [-1.0, 5.0], [0.0, 4.0], [1.0, 1.0]])
     model = nn.Sequential(BatchShift(), nn.ReLU())
     # Full batch (6 rows): every 0 becomes 1e-9 > 0; micro-batches of 3: they stay at 0.
-    assert checking.relu_flips(model, x, [3, 3], 0) == 4
-    assert checking.relu_flips(model, x, [6], 0) == 0
-    assert checking.relu_flips(nn.MLP([2, 3, 2], norm="batch"), x, [3, 3], 0) is None
+    assert relu_flips(model, x, [3, 3], 0) == 4
+    assert relu_flips(model, x, [6], 0) == 0
+    assert relu_flips(nn.MLP([2, 3, 2], norm="batch"), x, [3, 3], 0) is None

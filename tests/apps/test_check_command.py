@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers import minigrad_check
 
-from minigrad.analysis.check import EQUIVALENT, NOT_EQUIVALENT, REASONS
+from minigrad.analysis.causes import EQUIVALENT, NOT_EQUIVALENT, REASONS
 from minigrad.analysis.power import NO_VERDICT
 
 SMALL = ["--sizes", "3,6,4", "--global-batch", "10", "--steps", "3"]
