@@ -147,8 +147,10 @@ def install(monkeypatch, xp):
     reads = HostReads()
     for door in DOORS[name]:
         monkeypatch.setattr(cls, door, reads.wrap(getattr(cls, door), door, device=True))
-    monkeypatch.setattr(backend, "to_numpy",
-                        reads.wrap(backend.to_numpy, "backend.to_numpy", device=False))
+    to_numpy = reads.wrap(backend.to_numpy, "backend.to_numpy", device=False)
+    # the name every layer calls, and the one its own module calls (in move and int_range)
+    for module in (backend, backend.transfer):
+        monkeypatch.setattr(module, "to_numpy", to_numpy)
     for door in ("item", "numpy"):
         monkeypatch.setattr(Tensor, door,
                             reads.wrap(getattr(Tensor, door), f"Tensor.{door}", device=False))

@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from custom_strategy import Reversed
 from faults import FAULTS, check_all_or_nothing, difference, host, traced
 from helpers import OneRank
 
@@ -167,8 +166,9 @@ def test_checkpoint_load(tmp_path):
 
 
 # ----- the one-call step -------------------------------------------------------------------
-STRATEGIES = {"micro": lambda: "micro", "exact_batchnorm": lambda: "exact_batchnorm",
-              "reversed": Reversed}  # the last one written in a test file
+# A strategy written in a test file (custom_strategy.Reversed) runs minigrad's own lines through
+# micro.forward and acc.record: those of "micro", which this test faults already.
+STRATEGIES = {"micro": lambda: "micro", "exact_batchnorm": lambda: "exact_batchnorm"}
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))

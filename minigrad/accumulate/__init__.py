@@ -51,10 +51,12 @@ from minigrad.accumulate import (
     split,
     strategy,
 )
-from minigrad.accumulate.accumulator import NORMALIZE, ON_NONFINITE, Accumulator, Window, as_loss
+from minigrad.accumulate.accumulator import Accumulator, Window
+from minigrad.accumulate.commit import NORMALIZE, ON_NONFINITE
 from minigrad.accumulate.contrastive import Bank, GradCache, Naive
 from minigrad.accumulate.driver import accumulated_gradients, step
 from minigrad.accumulate.exact_batchnorm import ExactBatchNorm
+from minigrad.accumulate.guard import as_loss
 from minigrad.accumulate.micro import Micro
 from minigrad.accumulate.precision import Precision
 from minigrad.accumulate.split import MicroBatch, micro_batches, split_sizes

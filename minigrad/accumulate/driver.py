@@ -10,7 +10,7 @@ from minigrad.accumulate import reduction as reductions
 from minigrad.accumulate import strategy as strategies
 from minigrad.accumulate.accumulator import Accumulator
 from minigrad.accumulate.guard import as_batch
-from minigrad.accumulate.split import parts, resolve
+from minigrad.accumulate.split import parts, sizes_for
 
 
 def step(model, loss_fn, optimizer, x, y, *, micro_batch_size=None, num_micro_batches=None,
@@ -121,9 +121,9 @@ def _prepare(model, loss_fn, optimizer, x, y, micro_batch_size, num_micro_batche
              strategy, **options):
     """Everything checked once: the accumulator, the strategy, the batch and its split."""
     x, y = as_batch(x, y)
-    split = resolve(x.shape[0], micro_batch_size=micro_batch_size,
-                    num_micro_batches=num_micro_batches, sizes=sizes)
-    run = strategies.resolve(strategy)
+    split = sizes_for(x.shape[0], micro_batch_size=micro_batch_size,
+                      num_micro_batches=num_micro_batches, sizes=sizes)
+    run = strategies.as_strategy(strategy)
     acc = Accumulator(model, loss_fn, optimizer, divided=getattr(run, "divided", False),
                       **options)
     acc.check_exact(x, y)

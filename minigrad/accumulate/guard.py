@@ -1,16 +1,18 @@
 """The checks and the snapshot that make every accumulation call all-or-nothing.
 
-``as_batch`` and the ``check_*`` functions judge the arguments before anything runs;
-``TrainingState`` holds references to everything a call may change, so that any failure,
-``KeyboardInterrupt`` included, puts all of it back.
+``as_batch``, ``as_loss`` and the ``check_*`` functions judge the arguments before anything
+runs; ``TrainingState`` holds references to everything a call may change, so that any
+failure, ``KeyboardInterrupt`` included, puts all of it back.
 """
 
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from minigrad import nn
 from minigrad.engine import Tensor, backend, graph
 from minigrad.nn import dropout
+from minigrad.nn import functional as F
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,21 @@ def as_batch(x, y):
     if x.shape[0] == 0:
         raise ValueError("the batch is empty: x has 0 samples")
     return x, y
+
+
+def as_loss(loss_fn):
+    """A loss object with ``(input, target, reduction=...)`` and ``num_items(target)``."""
+    if isinstance(loss_fn, type):
+        raise TypeError(f"loss_fn must be a loss object, got the class {loss_fn.__name__}; "
+                        f"pass an instance, e.g. {loss_fn.__name__}()")
+    if hasattr(loss_fn, "num_items"):
+        return loss_fn
+    if loss_fn is F.cross_entropy:
+        return nn.CrossEntropyLoss()
+    if loss_fn is F.mse_loss:
+        return nn.MSELoss()
+    raise TypeError("loss_fn must be functional.cross_entropy, functional.mse_loss or a loss "
+                    "with num_items(target), such as nn.CrossEntropyLoss(ignore_index=...)")
 
 
 def check_optimizer(optimizer, params):

@@ -1,6 +1,6 @@
 """Splitting a global batch into micro-batches of any sizes.
 
-``resolve`` turns the public ways of naming a split (``micro_batch_size``,
+``sizes_for`` turns the public ways of naming a split (``micro_batch_size``,
 ``num_micro_batches`` or explicit ``sizes``; none of them: one batch) into sizes, checked
 once at each public entry; ``parts`` then slices a checked batch into ``MicroBatch`` records
 that carry their samples' global positions (``positions``), which key the dropout masks.
@@ -59,12 +59,12 @@ def one_way(micro_batch_size=None, num_micro_batches=None, sizes=None):
                          f"got {shown}")
 
 
-def resolve(n, *, micro_batch_size=None, num_micro_batches=None, sizes=None):
+def sizes_for(n, *, micro_batch_size=None, num_micro_batches=None, sizes=None):
     """The split of ``n`` samples named by at most one of the three ways, checked.
 
-    >>> resolve(10, micro_batch_size=4), resolve(5, sizes=[1, 4]), resolve(3)
+    >>> sizes_for(10, micro_batch_size=4), sizes_for(5, sizes=[1, 4]), sizes_for(3)
     ([4, 4, 2], [1, 4], [3])
-    >>> resolve(10, micro_batch_size=4, sizes=[5, 5])  # doctest: +ELLIPSIS
+    >>> sizes_for(10, micro_batch_size=4, sizes=[5, 5])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: give at most one of micro_batch_size, num_micro_batches, sizes; got ...

@@ -13,8 +13,8 @@ A strategy is any object with a ``name``, a ``check`` and a ``run``::
             return reduction.update(acc)   # the mean loss, or None if skipped
 
 A strategy that keeps state across updates (``contrastive.Bank``, a memory bank) says so
-with ``stateful = True``: ``resolve`` then refuses its name, since each call would make a new,
-empty one, and the caller passes one object to every step. A strategy whose sums arrive
+with ``stateful = True``: ``as_strategy`` then refuses its name, since each call would make a
+new, empty one, and the caller passes one object to every step. A strategy whose sums arrive
 divided by the window's item count already (it divides as it adds, as
 ``Precision(order="divide_then_sum")`` does) says so with ``divided = True``: the update then
 divides them by 1 (``Accumulator(divided=...)``, which the driver passes); without the
@@ -97,7 +97,7 @@ def names(kind):
     return tuple(name for name, cls in STRATEGIES.items() if cls.kind == kind)
 
 
-def resolve(strategy):
+def as_strategy(strategy):
     """A strategy object for ``strategy``: a name of ``STRATEGIES`` or an object that has
     ``name``, ``check`` and ``run``."""
     if isinstance(strategy, str):

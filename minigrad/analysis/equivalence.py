@@ -15,7 +15,7 @@ metrics themselves are in ``minigrad.analysis.metrics`` (re-exported here).
 from minigrad import nn
 from minigrad.accumulate import NORMALIZE, accumulated_gradients, step
 from minigrad.accumulate.guard import as_batch
-from minigrad.accumulate.split import one_way, resolve
+from minigrad.accumulate.split import one_way, sizes_for
 from minigrad.analysis.metrics import compare_arrays, cosine, ulp_distance
 from minigrad.engine import backend, validate
 
@@ -62,8 +62,8 @@ def gradient_report(model_factory, loss_fn, x, y, *, micro_batch_size=None,
     _check_factory("model_factory", model_factory, "model (e.g. lambda: nn.MLP(...))")
     _check_split(micro_batch_size, num_micro_batches, sizes, normalize)
     x, y = as_batch(x, y)
-    sizes = resolve(x.shape[0], micro_batch_size=micro_batch_size,
-                    num_micro_batches=num_micro_batches, sizes=sizes)
+    sizes = sizes_for(x.shape[0], micro_batch_size=micro_batch_size,
+                      num_micro_batches=num_micro_batches, sizes=sizes)
     full = accumulated_gradients(_new_model(model_factory), loss_fn, x, y)
     acc = accumulated_gradients(_new_model(model_factory), loss_fn, x, y, sizes=sizes,
                                 normalize=normalize)

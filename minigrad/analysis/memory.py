@@ -27,7 +27,7 @@ import types
 from minigrad import nn
 from minigrad.accumulate import step
 from minigrad.accumulate.guard import as_batch, check_optimizer
-from minigrad.accumulate.split import resolve
+from minigrad.accumulate.split import sizes_for
 from minigrad.analysis.memory_theory import not_covered, theoretical_peak
 from minigrad.engine import Tensor, backend
 
@@ -181,8 +181,8 @@ def update_memory(model, loss_fn, optimizer, x, y, *, micro_batch_size=None,
     parameters = sum(p.data.nbytes for p in model.parameters())
     state = sum(a.nbytes for record in optimizer_copy.state for field in record
                 if isinstance(field, tuple) for a in field if backend.is_array(a))
-    sizes = resolve(x.shape[0], micro_batch_size=micro_batch_size,
-                    num_micro_batches=num_micro_batches, sizes=sizes)
+    sizes = sizes_for(x.shape[0], micro_batch_size=micro_batch_size,
+                      num_micro_batches=num_micro_batches, sizes=sizes)
     covered = not_covered(model, loss_fn, optimizer) is None and strategy == "micro"
     return {"peak": peak, "parameters": parameters, "gradients": parameters,
             "optimizer_state": state, "activations": max(0, peak - 2 * parameters - state),

@@ -14,7 +14,7 @@ import numpy as np
 
 from minigrad import nn
 from minigrad.accumulate import as_loss, micro_batches
-from minigrad.accumulate.split import resolve
+from minigrad.accumulate.split import sizes_for
 from minigrad.engine import backend
 
 
@@ -123,8 +123,8 @@ def accumulated_gradients(model, loss_fn, x, y, *, micro_batch_size=None,
                           num_micro_batches=None, sizes=None, step=0):
     """Name -> gradient from autograd, with per-item sums over micro-batches divided once."""
     x, y = backend.to_numpy(x), backend.to_numpy(y)
-    sizes = resolve(x.shape[0], micro_batch_size=micro_batch_size,
-                    num_micro_batches=num_micro_batches, sizes=sizes)
+    sizes = sizes_for(x.shape[0], micro_batch_size=micro_batch_size,
+                      num_micro_batches=num_micro_batches, sizes=sizes)
     f = loss_sum_fn(model, loss_fn)
     grad_f = autograd.grad(f)
     params = parameters(model)

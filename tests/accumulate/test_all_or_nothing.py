@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from minigrad import Tensor, checkpoint, nn, optim
 from minigrad.accumulate import Accumulator, accumulated_gradients
-from minigrad.accumulate import accumulator as accumulator_module
+from minigrad.accumulate import commit as commit_module
 from minigrad.accumulate import step as accumulate_step
 from minigrad.engine import backend
 
@@ -383,8 +383,7 @@ def test_a_failure_injected_at_any_point_changes_nothing(point, micro_batch, par
     # The points where an update can fail are before its commit (which writes in place with
     # Ctrl-C held and cannot fail: tests/faults.py sends real signals there).
     if point == "clip":
-        patch(accumulator_module, "clip_coefficient",
-              raise_on(0, accumulator_module.clip_coefficient))
+        patch(commit_module, "clip_coefficient", raise_on(0, commit_module.clip_coefficient))
     elif point == "rule":  # the optimizer's plan for parameter `parameter`
         patch(opt._rule, "reserve", raise_on(parameter, opt._rule.reserve))
     elif point == "schedule":

@@ -323,7 +323,7 @@ def test_snapshot_and_restore_are_a_public_pair():
                        "opt": opt.state_dict()}), before)
 
 
-# ----- one split.resolve for every entry -----------------------------------------------------
+# ----- one split.sizes_for for every entry ---------------------------------------------------
 @pytest.mark.parametrize("entry", ["step", "accumulated_gradients", "gradient_report",
                                    "reference"])
 def test_every_entry_refuses_two_ways_of_splitting(entry):
@@ -342,4 +342,4 @@ def test_every_entry_refuses_two_ways_of_splitting(entry):
                                          r"num_micro_batches, sizes; got micro_batch_size=4, "
                                          r"sizes=\[4, 4\]"):
         calls[entry](micro_batch_size=4, sizes=[4, 4])
-    assert split.resolve(8, sizes=[4, 4]) == [4, 4]
+    assert split.sizes_for(8, sizes=[4, 4]) == [4, 4]

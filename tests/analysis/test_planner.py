@@ -234,18 +234,17 @@ def test_auto_ignores_the_models_own_runs_and_times_on_one_copy():
     no part in the choices; and the timing holds one copy of the model, not one per choice:
     the planner's own peak stays within the budget plus one model and optimizer copy."""
     budget = (deep_measured(100, []) + deep_measured(101, [])) // 2
-    plain = deep_planned(budget, "auto")
+    fresh = nn.MLP(DEEP, seed=0)
+    copies = 2 * sum(p.data.nbytes for p in fresh.parameters())  # parameters and gradients
+    plain, own = peak_bytes(plan, fresh, nn.CrossEntropyLoss(), sgd(fresh), DX, DY, budget,
+                            recompute="auto", rounds=1)
+    assert own <= budget + copies + PYTHON_OBJECTS * 20
     model = nn.MLP(DEEP, seed=0).set_recompute([(6, 9)])
     result = plan(model, nn.CrossEntropyLoss(), sgd(model), DX, DY, budget, recompute="auto",
                   rounds=1)
     assert [c["recompute"] for c in result["candidates"]] == \
         [c["recompute"] for c in plain["candidates"]]
     assert model.recompute_segments == ((6, 9),)
-    fresh = nn.MLP(DEEP, seed=0)
-    copies = 2 * sum(p.data.nbytes for p in fresh.parameters())  # parameters and gradients
-    _, own = peak_bytes(plan, fresh, nn.CrossEntropyLoss(), sgd(fresh), DX, DY, budget,
-                        recompute="auto", rounds=1)
-    assert own <= budget + copies + PYTHON_OBJECTS * 20
 
 
 def test_bad_recompute_arguments_are_refused():

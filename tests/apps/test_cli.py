@@ -119,18 +119,14 @@ def _demo_rows(text):
     return rows
 
 
-def test_the_readme_shows_what_the_demo_prints():
+def test_the_readme_shows_what_the_demo_prints_and_the_demo_draws_its_figure(tmp_path):
+    """One run of the demo (the README's, 30 s): the README block is what it prints, and its
+    verdicts and figure are what ``demo`` promises."""
     block = README.read_text().split("<!-- demo:start -->")[1].split("<!-- demo:end -->")[0]
-    done = _run("demo", "--out", "build", cwd=README.parent)
-    assert done.returncode == 0, done.stderr
-    assert _demo_rows(block) == _demo_rows(done.stdout)  # `make readme` regenerates it
-    assert len(_demo_rows(block)) == 8
-
-
-def test_demo_says_which_runs_are_full_batch_training_and_draws_the_figure(tmp_path):
-    done = _run("demo", "--quick", "--out", str(tmp_path / "figures"))
+    done = _run("demo", "--out", str(tmp_path / "figures"), cwd=README.parent)
     assert done.returncode == 0, done.stderr
     rows = _demo_rows(done.stdout)
+    assert _demo_rows(block) == rows  # `make readme` regenerates it
     assert len(rows) == 8
     for run in ("no norm, item-weighted", "BatchNorm, exact mode", "GroupNorm, accumulated"):
         assert rows[run]["verdict"] == "IS full-batch training (within the bound)"
