@@ -1,9 +1,9 @@
 """MkDocs hook: the build fails on a public name that the API reference does not document.
 
 The public names are each package's ``__all__`` (``minigrad``, ``minigrad.engine``, ``.nn``,
-``.optim``, ``.accumulate``, ``.analysis``, ``.apps``) and, for a module listed there, the
-public functions and classes it defines (its own ``__all__`` where it has one). After the
-build every such name must
+``.optim``, ``.accumulate``, ``.analysis``, ``.studies``, ``.apps``) and, for a module listed
+there, the public functions and classes it defines (its own ``__all__`` where it has one). After
+the build every such name must
 
 * have a docstring, as griffe reads it (what mkdocstrings renders), and
 * be on an API page: some heading of ``api/`` names it, under any of its import paths
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 import re
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("minigrad", "minigrad.engine", "minigrad.nn", "minigrad.optim",
-            "minigrad.accumulate", "minigrad.analysis", "minigrad.apps")
+            "minigrad.accumulate", "minigrad.analysis", "minigrad.studies", "minigrad.apps")
 ANCHOR = re.compile(r'id="(minigrad(?:\.\w+)+)"')
 
 
@@ -48,7 +49,19 @@ def public_names() -> dict[str, object]:
             if isinstance(value, ModuleType) and value.__name__.startswith("minigrad."):
                 for member in module_members(value):
                     names[f"{package}.{name}.{member}"] = getattr(value, member)
+                for part in _parts(value):  # a chapter of studies: a package of modules
+                    names[f"{package}.{name}.{part.__name__.rsplit('.', 1)[1]}"] = part
+                    for member in module_members(part):
+                        names[f"{part.__name__}.{member}"] = getattr(part, member)
     return names
+
+
+def _parts(module: ModuleType) -> list[ModuleType]:
+    """The modules of a package (none for a plain module)."""
+    if not hasattr(module, "__path__"):
+        return []
+    return [importlib.import_module(f"{module.__name__}.{info.name}")
+            for info in pkgutil.iter_modules(module.__path__)]
 
 
 def undocumented(names) -> list[str]:

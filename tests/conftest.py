@@ -50,3 +50,17 @@ def xp(request):
 def cupy_xp():
     """The CuPy namespace on a machine with CuPy and a CUDA GPU; skips with the reason elsewhere."""
     return _load("cupy")
+
+
+# `make test` runs two workers (pytest-xdist, --dist loadgroup): the site's build, its browser
+# tests and the notebooks share build/ (an executed notebook is reused by the next reader), so
+# they stay together on one worker while the other runs everything else.
+SITE = "site"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.path.parent.name == "docs" or item.path.name == "test_notebooks.py":
+            item.add_marker(pytest.mark.xdist_group(SITE))

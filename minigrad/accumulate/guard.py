@@ -138,6 +138,7 @@ def check_optimizer(optimizer, params):
 
 
 def check_scheduler(scheduler, optimizer):
+    """``scheduler`` (or None) must be an ``optim.Scheduler`` of ``optimizer``."""
     if scheduler is None:
         return
     if not hasattr(scheduler, "next_lr"):

@@ -11,18 +11,10 @@ Each module is imported on first use (PEP 562), so ``import minigrad.analysis`` 
 nothing and HIPS autograd is imported only with ``reference``.
 """
 
-import importlib
+from minigrad.lazy import submodules
 
 __all__ = ["bounds", "causes", "check", "contrastive_bound", "contrastive_check", "equivalence",
            "exact", "memory", "memory_theory", "metrics", "planner", "power", "recompute_choice",
            "reference", "trajectory"]
 
-
-def __getattr__(name):
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return importlib.import_module(f"{__name__}.{name}")  # also binds it here
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = submodules(__name__, __all__, globals())

@@ -67,10 +67,12 @@ def batches(x, y, updates, seed):
 
 
 def make_model(norm, seed):
+    """The demo's MLP [64, HIDDEN, 10] with ``norm`` (None, "batch", "group"), seeded."""
     return nn.MLP([64, HIDDEN, 10], norm=norm, seed=seed)
 
 
 def make_optimizer(params):
+    """SGD(lr=LR, momentum=MOMENTUM) over ``params``."""
     return optim.SGD(params, lr=LR, momentum=MOMENTUM)
 
 
@@ -166,6 +168,8 @@ def trajectory_bound(norm, data, seed, progress):
 
 
 def print_table(rows, updates):
+    """The table of runs after ``updates`` updates: loss, accuracy, gap, ulps, time, memory
+    and verdict per run (``rows``: one measured row per run, in order)."""
     print(f"\nDigits, MLP [64, {HIDDEN}, 10], SGD(lr={LR}, momentum={MOMENTUM}), {updates} "
           f"updates of a global batch of {GLOBAL_BATCH},\naccumulated over micro-batches of "
           f"{SPLIT}.\nmax gap: the largest |theta - theta_full| over every parameter and "

@@ -14,18 +14,10 @@ so ``import minigrad.studies`` costs nothing and matplotlib is imported only whe
 made.
 """
 
-import importlib
+from minigrad.lazy import submodules
 
 __all__ = ["batchnorm", "claims", "communication", "contrastive", "data", "explorers",
            "figures", "floating_point", "graphs", "interactive", "libraries", "memory",
            "normalisation", "precision", "step_accounting"]
 
-
-def __getattr__(name):
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return importlib.import_module(f"{__name__}.{name}")  # also binds it here
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = submodules(__name__, __all__, globals())

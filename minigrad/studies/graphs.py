@@ -23,6 +23,7 @@ COLORS = {
     "operation": "#a6cee3",
     "output": "#fdb863",
 }
+"""The fill of each kind of node (``kind``)."""
 XLABEL = "forward pass, left to right (backward() walks the arrows right to left)"
 
 
@@ -73,7 +74,10 @@ def layout(listed):
 
 
 # Box size in data units: columns are 1 apart, rows at least 1 apart.
-BOX_WIDTH, BOX_HEIGHT = 0.6, 0.5
+BOX_WIDTH = 0.6
+"""A node's box width, in units of one column."""
+BOX_HEIGHT = 0.5
+"""A node's box height, in units of one row."""
 INCHES_PER_COLUMN, INCHES_PER_ROW = 1.35, 0.8
 
 

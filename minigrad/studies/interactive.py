@@ -20,7 +20,9 @@ import math
 import re
 
 MIME = "application/vnd.minigrad.figure+json"
+"""The display output's type: the figure as data, which the site draws again."""
 NOTE = "[An interactive version of this figure, zoomable with exact values, is on the site.]"
+"""What a reader of the notebook sees beside the figure."""
 NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 DASHES = {"-": "solid", "--": "dash", ":": "dot", "-.": "dashdot"}
 SYMBOLS = {"o": "circle", ".": "circle", "s": "square", "^": "triangle-up",

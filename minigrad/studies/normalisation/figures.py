@@ -22,6 +22,7 @@ from minigrad.studies.figures import axes, finish, labelled, panel
 MARKERS = ["o", "s", "^", "D", "v", "P"]
 COLOURS = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown"]
 ERROR_LABEL = "max |g_acc − g_full| / max |g_full| (log)"
+"""The error axis' label: the normwise relative gradient error."""
 MIB = 2**20
 
 

@@ -13,6 +13,7 @@ from minigrad.studies.figures import axes, finish
 
 # A gap of exactly 0 is drawn here: a log axis has no 0.
 FLOOR = 1e-18
+"""Where a gap of exactly 0 is drawn on the log axis."""
 
 
 def _legend_below(ax, columns=2):
