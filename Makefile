@@ -27,7 +27,7 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	$(PY) -m ruff check minigrad tests benchmarks scripts docs_hooks notebooks
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q
 
 # The long hypothesis profile: many more examples per property (see tests/conftest.py).
 test-long: $(STAMP)

@@ -75,7 +75,9 @@ def execute(path: Path, out_dir: Path = BUILD, reuse: bool = True) -> tuple[Path
     seconds = time.perf_counter() - start
     nb.metadata["minigrad"] = {"key": wanted, "seconds": round(seconds, 2)}
     out_dir.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, out)
+    partial = out.with_name(f".{out.name}.{os.getpid()}")  # whole or absent to another reader
+    nbformat.write(nb, partial)
+    os.replace(partial, out)
     return out, seconds
 
 

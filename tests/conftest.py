@@ -6,8 +6,10 @@ the default ``fast`` profile runs 25, derandomized so that CI is reproducible.
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
+import site_build
 from hypothesis import settings
 
 from minigrad import backend
@@ -52,15 +54,20 @@ def cupy_xp():
     return _load("cupy")
 
 
-# `make test` runs two workers (pytest-xdist, --dist loadgroup): the site's build, its browser
-# tests and the notebooks share build/ (an executed notebook is reused by the next reader), so
-# they stay together on one worker while the other runs everything else.
-SITE = "site"
+
+# The site's build (mkdocs, which executes every notebook) takes minutes on one core. It starts
+# in the background as soon as the tests are collected, when any test of tests/docs/ is among
+# them, so it runs on the second core while the other tests run; the ``site`` fixture of
+# tests/docs/conftest.py waits for it.
+SITE_TESTS = Path(__file__).resolve().parent / "docs"
 
 
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.path.parent.name == "docs" or item.path.name == "test_notebooks.py":
-            item.add_marker(pytest.mark.xdist_group(SITE))
+def pytest_collection_finish(session):
+    if any(SITE_TESTS in item.path.parents for item in session.items):
+        session.config.site_build = site_build.start()
+
+
+def pytest_sessionfinish(session):
+    build = getattr(session.config, "site_build", None)
+    if build is not None:
+        build.stop()

@@ -1,8 +1,9 @@
-"""Linear, activations and Sequential."""
+"""Linear, Embedding, activations and Sequential."""
 
 import math
 
 from minigrad.engine import backend, validate
+from minigrad.engine.primitives.indexing import embedding
 from minigrad.engine.primitives.linalg import linear
 from minigrad.engine.tensor import Parameter
 from minigrad.nn import functional as F
@@ -49,6 +50,53 @@ class Linear(Module):
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Embedding(Module):
+    """A lookup table, as ``torch.nn.Embedding``: index i stands for row i of ``weight``, of
+    shape (num_embeddings, embedding_dim).
+
+    ``forward(indices)`` takes integers in [0, num_embeddings) in an array (or a Tensor) of
+    any shape and returns their rows, shape indices.shape + (embedding_dim,). The weight
+    starts N(0, 1), drawn from the NumPy generator ``seed`` (a seed or a
+    ``numpy.random.Generator``); the row ``padding_idx`` (negative counts from the end)
+    starts at zero and never gets a gradient. An index picked k times adds the k gradients
+    of its copies (``minigrad.engine.primitives.indexing.embedding``).
+
+    >>> import numpy as np
+    >>> table = Embedding(10, 3, padding_idx=0, seed=0)
+    >>> table(np.array([[1, 2], [0, 1]])).shape
+    (2, 2, 3)
+    >>> table
+    Embedding(10, 3, padding_idx=0)
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, *, seed=0,
+                 dtype="float64", xp=None, device=None):
+        super().__init__()
+        num_embeddings = validate.positive_int("num_embeddings", num_embeddings)
+        embedding_dim = validate.positive_int("embedding_dim", embedding_dim)
+        padding_idx = validate.optional(validate.integer, "padding_idx", padding_idx,
+                                        low=-num_embeddings, high=num_embeddings - 1)
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
+        xp = backend.resolve_namespace(xp)
+        weight = backend.normal(backend.rng(seed), (num_embeddings, embedding_dim), xp=xp,
+                                dtype=dtype, device=device)
+        if padding_idx is not None:
+            rows = xp.arange(num_embeddings, device=backend.device(weight))
+            keep = xp.reshape(rows != padding_idx, (-1, 1))
+            weight = xp.where(keep, weight, xp.zeros_like(weight))
+        self.weight = Parameter(weight)
+
+    def forward(self, indices):
+        return embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self):
+        shown = f"{self.num_embeddings}, {self.embedding_dim}"
+        return shown if self.padding_idx is None else f"{shown}, padding_idx={self.padding_idx}"
 
 
 class ReLU(Module):

@@ -4,9 +4,10 @@ site explorer and its figures, side by side.
 A chapter with more than one part is a package (``batchnorm``: ``divergence``, ``training``,
 ``explorer``, ``figures``); a chapter of one part is a module (``communication``,
 ``floating_point``, ``graphs``). Beside the chapters: ``data`` (the data sets the course
-trains on), ``figures`` (the style of every figure, and the training figures every chapter
-draws), ``interactive`` (a figure as data, redrawn by the site) and ``explorers`` (the shape
-of an explorer's data, and the registry of every explorer).
+trains on), ``text`` (the names corpus and its token windows), ``figures`` (the style of
+every figure, and the training figures every chapter draws), ``interactive`` (a figure as
+data, redrawn by the site) and ``explorers`` (the shape of an explorer's data, and the
+registry of every explorer).
 
 A study builds on ``minigrad.analysis`` (the checks, bounds and memory a user imports) and
 the training core; nothing below imports it. Each chapter is imported on first use (PEP 562),
@@ -18,6 +19,6 @@ from minigrad.lazy import submodules
 
 __all__ = ["batchnorm", "claims", "communication", "contrastive", "data", "explorers",
            "figures", "floating_point", "graphs", "interactive", "libraries", "memory",
-           "normalisation", "precision", "step_accounting"]
+           "normalisation", "precision", "step_accounting", "text"]
 
 __getattr__, __dir__ = submodules(__name__, __all__, globals())

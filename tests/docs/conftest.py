@@ -5,28 +5,33 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+import site_build
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    """The site, built once per session with ``mkdocs build --strict``."""
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-                          cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{log[-6000:]}"
-    return out
+def site(request) -> Path:
+    """The site, built once per session with ``mkdocs build --strict``: the build that
+    tests/conftest.py started in the background when the tests were collected."""
+    build = getattr(request.config, "site_build", None)
+    if build is None:  # not started (tests/docs was not collected): build it now
+        build = request.config.site_build = site_build.start()
+    return build.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _after_the_build(request):
+    """Every test here waits for the build started in the background: some run a notebook
+    themselves (the claims page), which the build may be running at the same moment."""
+    build = getattr(request.config, "site_build", None)
+    if build is not None:
+        build.wait()
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

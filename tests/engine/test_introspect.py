@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from minigrad import Tensor, maximum, nn, primitive, take_along_axis
+from minigrad.engine import embedding
 from minigrad.engine.introspect import nodes, op_name
 from minigrad.nn import functional as F
 
@@ -62,6 +63,7 @@ def test_an_mlp_with_cross_entropy_names_every_primitive():
     (lambda x, y: x.T, "transpose"),
     (lambda x, y: maximum(x, y), "maximum"),
     (lambda x, y: take_along_axis(x, np.zeros((2, 1), dtype=np.int64)), "take_along_axis"),
+    (lambda x, y: embedding(np.array([1, 0, 1]), x), "embedding"),
     (lambda x, y: F.sigmoid(x), "sigmoid"),
 ])
 def test_op_names(make, expected):
@@ -104,6 +106,7 @@ def _every_primitive(x, y):
         "sigmoid": F.sigmoid(x), "maximum": maximum(x, y),
         "sum": x.sum(), "reshape": x.reshape(4), "transpose": x.T,
         "take_along_axis": take_along_axis(x, np.zeros((2, 1), dtype=np.int64)),
+        "embedding": embedding(np.array([1, 0, 1]), x),
         "matmul": x @ y, "linear": linear(x, y),
         "log_softmax": F.log_softmax(x),
         "cross_entropy": softmax.cross_entropy_rows(x, labels, None, "sum", None, (2,)),
@@ -117,7 +120,7 @@ def test_every_primitive_of_the_package_carries_its_name():
     x = Tensor(np.full((2, 2), 1.5), requires_grad=True)
     y = Tensor(np.full((2, 2), 0.5), requires_grad=True)
     made = _every_primitive(x, y)
-    assert len(made) == 24
+    assert len(made) == 25
     for name, out in made.items():
         assert op_name(out) == name
         assert nodes(out)[-1].op == name

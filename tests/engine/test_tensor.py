@@ -15,7 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minigrad import backend
-from minigrad.engine import Tensor, lift, linear, maximum, primitive, take_along_axis
+from minigrad.engine import (
+    Tensor,
+    embedding,
+    lift,
+    linear,
+    maximum,
+    primitive,
+    take_along_axis,
+)
 
 
 def _gather_ref(x, idx, axis):
@@ -33,6 +41,7 @@ def _same(name, fn, shapes, domain="real"):
 _INDICES = np.random.default_rng(0)
 ROWS = _INDICES.integers(0, 3, (5, 4))  # repeated indices: the backward must add them up
 LAST = _INDICES.integers(0, 4, (2, 3, 6))
+TOKENS = _INDICES.integers(0, 4, (3, 5))  # rows of a (4, 3) table, most picked several times
 
 SPECS = [
     _same("add", lambda x, y: x + y, [(3, 4), (3, 4)]),
@@ -108,6 +117,10 @@ SPECS += [
            lambda x, i: _gather_ref(x, i, 0), [(3, 4)], extra=(ROWS,)),
     OpSpec("take_along_axis_-1", lambda x, i: take_along_axis(x, i, axis=-1),
            lambda x, i: _gather_ref(x, i, 2), [(2, 3, 4)], extra=(LAST,)),
+    # padding_idx is not here: its zero gradient is a convention, not the derivative
+    # (tests/nn/test_embedding.py checks it against torch)
+    OpSpec("embedding", lambda w, i: embedding(i, w), lambda w, i: w[i], [(4, 3)],
+           extra=(TOKENS,)),
 ]
 
 

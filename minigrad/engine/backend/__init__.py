@@ -24,7 +24,7 @@ from minigrad.engine.backend.dtypes import (
     is_numeric,
     ones_like,
 )
-from minigrad.engine.backend.fast_paths import is_column_major, take_along_rows
+from minigrad.engine.backend.fast_paths import add_at, is_column_major, take_along_rows
 from minigrad.engine.backend.namespaces import (
     device,
     get_namespace,
@@ -44,7 +44,7 @@ from minigrad.engine.backend.transfer import (
 )
 
 __all__ = [
-    "FLOAT_DTYPES", "all_finite", "as_array", "as_dtype", "counter_uniform", "device",
+    "FLOAT_DTYPES", "add_at", "all_finite", "as_array", "as_dtype", "counter_uniform", "device",
     "finite_flag", "get_namespace", "int_range", "is_array", "is_column_major",
     "is_differentiable", "is_exact", "is_floating", "is_integral", "is_numeric", "like",
     "move", "namespace_name", "normal", "on_host", "ones_like", "resolve_namespace", "rng",

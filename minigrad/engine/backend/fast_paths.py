@@ -1,6 +1,7 @@
 """NumPy's own routes in the primitives: the same values as the plain array-API code, found
-sooner (a gather by fancy indexing) or kept in the layout NumPy runs fastest on (a
-transposed matrix's gradient). Other namespaces take the plain path."""
+sooner (a gather by fancy indexing, a scatter-add by ``np.add.at``) or kept in the layout
+NumPy runs fastest on (a transposed matrix's gradient). Other namespaces take the plain
+path."""
 
 import numpy as np
 
@@ -18,3 +19,18 @@ def take_along_rows(xp, x, index):
     if type(x) is np.ndarray and type(index) is np.ndarray:
         return x[np.arange(x.shape[0]), index[:, 0]][:, None]
     return xp.take_along_axis(x, index, axis=1)
+
+
+def add_at(index, values, rows):
+    """For NumPy arrays, ``primitives.indexing.index_add(np, index, values, rows)`` by
+    ``np.add.at``: row v of a (rows, D) array of zeros gets each ``values[n]`` with
+    ``index[n] == v`` added in turn (several times quicker). The same sums in another order (one
+    after the other, where the plain path adds a tree), so the same values wherever every
+    partial sum is exact (tests check ``==`` on dyadic values), and within the summation
+    bound of its own order elsewhere. ``None`` for arrays of other namespaces: the caller
+    takes the plain path."""
+    if type(index) is not np.ndarray or type(values) is not np.ndarray:
+        return None
+    out = np.zeros((rows, values.shape[1]), dtype=values.dtype)
+    np.add.at(out, index, values)
+    return out

@@ -2,7 +2,9 @@
 
 * ``arithmetic``: ``add``, ``neg``, ``mul``, ``div``, ``pow``, ``rpow``;
 * ``elementwise``: ``exp``, ``log``, ``sqrt``, ``tanh``, ``relu``, ``sigmoid``, ``maximum``;
-* ``shaping``: ``sum``, ``reshape``, ``transpose``, ``take_along_axis``;
+* ``shaping``: ``sum``, ``reshape``, ``transpose``;
+* ``indexing``: ``take_along_axis``, ``embedding`` (gathers: their backwards add the
+  gradients of repeated indices);
 * ``linalg``: ``matmul``, ``linear``;
 * ``softmax``: ``log_softmax``, ``cross_entropy`` (fused, for finite values at +-1e4).
 
@@ -22,7 +24,14 @@ Tensor's operators are these functions, attached below by name: ``x * y`` is
 ('mul', 'sigmoid')
 """
 
-from minigrad.engine.primitives import arithmetic, elementwise, linalg, shaping, softmax
+from minigrad.engine.primitives import (
+    arithmetic,
+    elementwise,
+    indexing,
+    linalg,
+    shaping,
+    softmax,
+)
 from minigrad.engine.tensor import Tensor
 
 Tensor.__add__ = arithmetic.add
@@ -41,4 +50,4 @@ Tensor.reshape = shaping.reshape
 Tensor.transpose = shaping.transpose
 Tensor.__matmul__ = linalg.matmul
 
-__all__ = ["arithmetic", "elementwise", "linalg", "shaping", "softmax"]
+__all__ = ["arithmetic", "elementwise", "indexing", "linalg", "shaping", "softmax"]
