@@ -44,11 +44,11 @@ def test_the_notebook_runs_top_to_bottom(path):
     print(f"{path.name}: {seconds:.1f} s")
 
 
-# Notebooks 01-07 link the concept pages they demonstrate and use the site's one name for each
-# accumulation rule. The site renders a notebook at /notebooks/NN_name/, so a concept page is
-# ../../concepts/NAME/ from there.
+# Notebooks 01-07 and 13 link the concept pages they demonstrate and use the site's one name
+# for each accumulation rule. The site renders a notebook at /notebooks/NN_name/, so a concept
+# page is ../../concepts/NAME/ from there.
 RULE_NOTEBOOKS = [p for p in NOTEBOOKS if p.name[:2] in ("01", "02", "03", "04", "05", "06",
-                                                          "07")]
+                                                          "07", "13")]
 RETIRED_NAMES = ("the loop most people write", "minigrad's mean", "mean / N)")
 
 

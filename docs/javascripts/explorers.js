@@ -374,6 +374,67 @@
     },
   };
 
+  EXPLORERS.tokens = {
+    defaults: { micro: 3, spread: 4, rule: "textbook" },
+    render: function (data, state, parts) {
+      var c = data.cases[state.key];
+      var ms = data.controls[0].values;
+      var rules = data.controls[2];
+      var rule = rules.labels[state.index.rule];
+      var x = c.sizes.map(function (_, j) { return j + 1; });
+      var along = function (r) {
+        return ms.map(function (_, i) {
+          return data.cases[[i, state.index.spread, r].join("|")];
+        });
+      };
+      parts.note.textContent = "Micro-batches of " + c.sizes.join(", ") + " names, holding " +
+        c.tokens.join(", ") + " tokens.";
+      table(parts.tables[0], ["quantity", "value"], [
+        { key: "max_rel", cells: [cell("gradient error against the full-batch token mean"),
+                                  num(c.max_rel)] },
+        { key: "own_max_rel", cells: [cell("gradient error against the full batch of the " +
+                                           "rule's own loss"), num(c.own_max_rel)] },
+        { key: "limit", cells: [cell("the most rounding may give there (the bound)"),
+                                num(c.limit)] },
+      ]);
+      table(parts.tables[1], ["micro-batch j", "names", "tokens n_j", "share of the tokens",
+                              "share of the gradient, " + rule],
+            x.map(function (j, i) {
+              return { key: String(j), cells: [
+                num(j), num(c.sizes[i]), num(c.tokens[i]),
+                cell(c.shares.tokens[i].text, c.shares.tokens[i].value),
+                cell(c.shares.rule[i].text, c.shares.rule[i].value)] };
+            }));
+      var share = function (name) {
+        return c.shares[name].map(function (s) { return s.value; });
+      };
+      var traces = [
+        { type: "bar", name: "share of the tokens (n_j / n)", x: x, y: share("tokens") },
+        { type: "bar", name: "share of the gradient, " + rule, x: x, y: share("rule") },
+      ];
+      rules.values.forEach(function (_, r) {
+        traces.push({ name: "error, " + rules.labels[r], x: ms, mode: "lines+markers",
+                      xaxis: "x2", yaxis: "y2",
+                      line: { color: COLORS[r + 2], width: r === state.index.rule ? 3 : 1.5 },
+                      y: logged(along(r).map(function (a) { return a.max_rel; })) });
+      });
+      traces.push({ name: "rounding bound, " + rule, x: ms, mode: "lines", xaxis: "x2",
+                    yaxis: "y2", line: { dash: "dash", color: "#757575" },
+                    y: along(state.index.rule).map(function (a) { return a.limit; }) });
+      return {
+        traces: traces,
+        layout: { grid: { rows: 1, columns: 2, pattern: "independent" }, height: 400,
+                  barmode: "group",
+                  xaxis: { dtick: 1, title: { text: "micro-batch j" } },
+                  yaxis: { rangemode: "tozero", title: { text: "share" } },
+                  xaxis2: { type: "log", tickvals: ms, title: { text: "micro-batch size m" } },
+                  yaxis2: { type: "log", exponentformat: "power",
+                            title: { text: "error vs the full-batch token mean" } },
+                  shapes: [marker("x2", ms[state.index.micro])] },
+      };
+    },
+  };
+
   // ----- the memory planner: analysis.memory.theoretical_peak, evaluated here -------------
   function splitSizes(n, m) {
     var sizes = [];

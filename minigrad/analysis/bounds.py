@@ -118,6 +118,33 @@ def per_item_gradients(model, loss, x, y, step_index=0):
             for i in range(x.shape[0])]
 
 
+def summed_terms(x):
+    """N of ``gradient_bound``: the most terms an element of a batch's gradient is summed
+    from. A Linear layer's gradient is one product over the samples, x.shape[0] terms; an
+    embedding's row is the sum over every context slot that holds its token, so for token ids
+    (an integer ``x`` (N, C)) every id is a term: N C.
+
+    >>> summed_terms(np.zeros((5, 3))), summed_terms(np.zeros((5, 3), dtype=np.int64))
+    (5, 15)
+    """
+    if backend.is_integral(backend.get_namespace(x), x):
+        return int(backend.size(x))
+    return int(x.shape[0])
+
+
+def linear_widths(model):
+    """The widths of ``model``'s Linear layers, inputs first: ``MLP.sizes`` for an MLP,
+    (C D, H, V) for a ``CharMLP``; what ``per_item_roundings`` counts along.
+
+    >>> linear_widths(nn.MLP([3, 5, 2])), linear_widths(nn.CharMLP(7, 3, 2, 4))
+    ([3, 5, 2], [6, 4, 7])
+    """
+    layers = [m for _, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not layers:
+        raise ValueError(f"model must hold Linear layers, got {type(model).__name__}")
+    return [layers[0].in_features, *(layer.out_features for layer in layers)]
+
+
 def per_item_roundings(sizes, batch_norm_samples=0):
     """m_item: roundings along the longest chain of one sample's forward and backward pass.
 
@@ -139,10 +166,19 @@ def condition_number(model, loss, x, y, step_index=0):
     kappa_l = max (|W||h| + |b| + |mean|) / sigma: about 2-5 for well-spread values, large
     when the values of a group nearly coincide. MSE's residual out - y does the same with
     max(|out| + |y|) / max|out - y|. kappa is the product.
+
+    A model that is not a ``Sequential`` (``CharMLP``) is walked as one layer: it may hold
+    no normalisation.
     """
+    layers = model if isinstance(model, nn.Sequential) else [model]
+    norms = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)
+    if not isinstance(model, nn.Sequential) and any(
+            isinstance(m, norms) for _, m in model.named_modules()):
+        raise TypeError(f"condition_number walks a Sequential's layers; a "
+                        f"{type(model).__name__} with normalisation inside is not walked")
     h, magnitude, kappa = Tensor(x), np.abs(backend.to_numpy(x)), 1.0
     with no_grad(), nn.dropout_keys.rows(step_index, x):
-        for layer in model:
+        for layer in layers:
             z, h = backend.to_numpy(h.data), layer(h)
             if isinstance(layer, nn.Linear):
                 w, b = (np.abs(backend.to_numpy(p.data)) for p in (layer.weight, layer.bias))
@@ -173,16 +209,20 @@ def _normalisation_kappa(layer, z, magnitude):
     return float(np.max((magnitude + np.mean(magnitude, axis=2, keepdims=True)) / sigma))
 
 
-def gradient_bound(per_item, num_items, sizes, kappa=1.0, batch_norm_samples=0, *, u=U64):
+def gradient_bound(per_item, num_items, sizes, kappa=1.0, batch_norm_samples=0, *, u=U64,
+                   terms=None):
     """Name -> elementwise bound on |g_acc - g_full| (derived in the module docstring):
 
         2 gamma_{N+1} S + 2 gamma_{m_item} kappa S_norm
         S      = (1/items) sum_i |a_i|       elementwise
         S_norm = (1/items) sum_i max |a_i|   max over every element of every parameter
+
+    N is ``terms`` (default: the samples), the most terms an element of the gradient is
+    summed from (``summed_terms``).
     """
     s_norm = sum(max(float(np.max(np.abs(g))) for g in a.values()) for a in per_item)
     per_item_term = 2 * gamma(per_item_roundings(sizes, batch_norm_samples), u) * kappa * s_norm
-    summation = 2 * gamma(len(per_item) + 1, u)
+    summation = 2 * gamma((len(per_item) if terms is None else terms) + 1, u)
     return {name: (summation * sum(np.abs(a[name]) for a in per_item) + per_item_term)
             / num_items for name in per_item[0]}
 

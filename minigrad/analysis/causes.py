@@ -9,6 +9,10 @@ when the measured gap exceeds the bound (``verdict``):
   "micro_batch_mean"`` with micro-batches of different sizes;
 * "the textbook rule weighs micro-batches equally but they hold different numbers of kept
   targets": ``normalize="micro_batch_mean"`` with ignored targets spread unevenly;
+* "the textbook rule weighs micro-batches equally but they hold different numbers of real
+  tokens": the language model (``model="charlm"``) with ``normalize="micro_batch_mean"``,
+  where sequences of different lengths put different numbers of tokens in the micro-batches
+  (this replaces the two reasons above, which count samples and kept targets);
 * "normalize='sum' scales the gradient by the number of items": ``"sum"`` with more than
   one item in an update.
 
@@ -30,6 +34,8 @@ REASONS = {
     "uneven": "the textbook rule divides uneven micro-batches by their count",
     "kept": "the textbook rule weighs micro-batches equally but they hold different numbers "
             "of kept targets",
+    "tokens": "the textbook rule weighs micro-batches equally but they hold different numbers "
+              "of real tokens (sequences of different lengths; padding is ignored)",
     "sum": "normalize='sum' scales the gradient by the number of items",
 }
 EQUIVALENT = "accumulated training IS full-batch training within the floating-point bound"
@@ -66,12 +72,15 @@ def predicted_causes(config, split, data, loss):
     ends = np.cumsum(split)
     items = [[loss.num_items(y[e - s:e, ...]) for s, e in zip(split, ends)] for _, y in data]
     textbook = config["normalize"] == "micro_batch_mean"
+    tokens = config["model"] == "charlm"
     ignored = any(bool(np.any(y == IGNORE_INDEX)) for _, y in data)
+    unequal = any(len(set(row)) > 1 for row in items)
     predicted = {
         "batchnorm": config["norm"] == "batch" and config["strategy"] == "micro"
         and len(split) > 1,
-        "uneven": textbook and len(set(split)) > 1,
-        "kept": textbook and ignored and any(len(set(row)) > 1 for row in items),
+        "uneven": textbook and not tokens and len(set(split)) > 1,
+        "kept": textbook and not tokens and ignored and unequal,
+        "tokens": textbook and tokens and unequal,
         "sum": config["normalize"] == "sum" and any(sum(row) > 1 for row in items),
     }
     return [key for key, holds in predicted.items() if holds], items
@@ -112,7 +121,7 @@ def _not_shown(key, items):
     """A predicted difference that the measured gap did not show, and why where known."""
     note = (f"the set-up predicts a difference ({REASONS[key]}), but the measured gap "
             f"stayed within the bound at every update")
-    if key in ("uneven", "kept") and all(len(set(row)) == 1 for row in items):
+    if key in ("uneven", "kept", "tokens") and all(len(set(row)) == 1 for row in items):
         note += (": the micro-batches always held equal numbers of items, so the textbook rule "
                  "was exact here")
     return note

@@ -1,6 +1,6 @@
 """``check``: is a set-up accumulation-safe? (``minigrad check`` on the command line.)
 
-It trains one MLP twice from the same start on the same seeded data, for ``steps`` updates:
+It trains one model twice from the same start on the same seeded data, for ``steps`` updates:
 full batch, and accumulated (``minigrad.accumulate.step`` over micro-batches of
 ``micro_batch`` samples, or ``num_micro_batches`` near-equal parts). After every update it
 measures the parameter gap and judges it against the floating-point bound derived in
@@ -9,12 +9,18 @@ within its bound, and the comparison could have failed ("No verdict" below). Eac
 draws x ~ N(0, 1) (``global_batch`` rows) and targets from ``numpy.random.default_rng([seed,
 1])``: classes uniform, with ``round(ignore_fraction * global_batch)`` of them (at most all
 but one) set to ``ignore_index`` -100, for cross-entropy; N(0, 1) for MSE. The model is
-``nn.MLP(sizes, ..., seed=seed)``.
+``nn.MLP(sizes, ..., seed=seed)``. With ``model="charlm"`` it is the character-level
+language model ``nn.CharMLP`` on seeded token sequences of different lengths, whose
+micro-batches hold different numbers of real tokens (``minigrad.analysis.charlm``: its
+options ``vocab_size``, ``context``, ``embedding_dim``, ``hidden``, ``max_length``, its
+data, and the MLP's options it refuses); global_batch, micro_batch and num_micro_batches
+then count sequences.
 
 Why not. Where the gap exceeds the bound the result names the cause: the differences the
 set-up predicts (BatchNorm with micro-batches, the textbook rule on uneven splits or unevenly
 kept targets, ``normalize='sum'``), else a ReLU input that flipped sign, else the gap alone
-(``minigrad.analysis.causes``).
+(``minigrad.analysis.causes``; for the language model, the textbook rule on micro-batches
+of different numbers of real tokens).
 
 No verdict. A third run from the same start, the idle run of ``minigrad.analysis.power``,
 gives the optimizer a gradient of 0 at every update. Where the gap is within the bound at
@@ -27,13 +33,18 @@ equivalent whatever the idle run does.
 
 The result is JSON-able (numbers that are not finite are ``null``)::
 
-    {"config":  {"sizes": [int, ...], "activation": str, "norm": str, "dropout": float,
+    {"config":  {"model": "mlp" | "charlm",
+                 "sizes": [int, ...] | null,  # null for charlm, whose options are these:
+                 "vocab_size": int | null, "context": int | null,   # null for mlp
+                 "embedding_dim": int | null, "hidden": int | null, "max_length": int | null,
+                 "activation": str, "norm": str, "dropout": float,
                  "loss": str, "ignore_fraction": float, "optimizer": str, "lr": float,
                  "weight_decay": float, "clip": float | null, "global_batch": int,
                  "micro_batch": int | null, "num_micro_batches": int | null,
                  "normalize": str, "strategy": str, "steps": int, "dtype": str,
                  "seed": int},
-     "sizes":   [int, ...],         # the micro-batch sizes of every update
+     "sizes":   [int, ...],         # the micro-batch sizes of every update (samples, or
+                                    # sequences for charlm)
      "updates": [{"step": int,      # updates done so far: 1, 2, ..., steps
                   "max_abs": float, # max |theta_acc - theta_full| over every entry
                   "max_rel": float, # worst over the parameters of max_abs / max |theta_full|
@@ -56,124 +67,31 @@ import warnings
 
 import numpy as np
 
-from minigrad import nn, optim
-from minigrad.accumulate import NORMALIZE, split_sizes
-from minigrad.accumulate import strategy as strategies
+from minigrad.accumulate import split_sizes
+from minigrad.analysis import charlm
 from minigrad.analysis.bounds import bound_ratio, flat, unit_roundoff
 from minigrad.analysis.causes import (
     EQUIVALENT,
-    IGNORE_INDEX,
     NOT_EQUIVALENT,
     predicted_causes,
     relu_flips,
     verdict,
 )
+from minigrad.analysis.check_setup import (
+    DTYPES,
+    LOSSES,
+    MODELS,
+    NORMS,
+    batches,
+    configuration,
+    factories,
+)
 from minigrad.analysis.equivalence import compare_named
 from minigrad.analysis.power import NO_VERDICT, could_fail, idle_step, no_verdict
 from minigrad.analysis.trajectory import Diverged, trajectory_bounds
-from minigrad.engine import validate
-from minigrad.nn.mlp import ACTIVATIONS
 
-NORMS = ("none", "batch", "group", "layer")
-LOSSES = ("cross-entropy", "mse")
-DTYPES = ("float64", "float32")
-def configuration(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
-                  ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
-                  global_batch=64, micro_batch=None, num_micro_batches=None, normalize="items",
-                  strategy="micro", steps=20, dtype="float64", seed=0):
-    """``check``'s arguments, checked, as the JSON-able ``config`` of its result.
-
-    Errors name the argument, the value and what is allowed; arguments that depend on each
-    other are named as ``name=value``.
-    """
-    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
-        raise TypeError(f"sizes must list at least 2 positive ints, got {sizes!r}")
-    sizes = [validate.positive_int(f"sizes[{i}]", s) for i, s in enumerate(sizes)]
-    if len(sizes) < 2:
-        raise ValueError(f"sizes must list at least 2 positive ints, got {sizes!r}")
-    config = {
-        "sizes": sizes,
-        "activation": validate.choice("activation", activation, tuple(ACTIVATIONS)),
-        "norm": validate.choice("norm", "none" if norm is None else norm, NORMS),
-        "dropout": validate.probability("dropout", dropout),
-        "loss": validate.choice("loss", loss, LOSSES),
-        "ignore_fraction": validate.probability("ignore_fraction", ignore_fraction),
-        "optimizer": validate.choice("optimizer", optimizer, optim.OPTIMIZERS),
-        "lr": validate.real("lr", lr),
-        "weight_decay": validate.real("weight_decay", weight_decay),
-        "clip": validate.optional(validate.real, "clip", clip, strict_low=True),
-        "global_batch": validate.positive_int("global_batch", global_batch),
-        "micro_batch": validate.optional(validate.positive_int, "micro_batch", micro_batch),
-        "num_micro_batches": validate.optional(validate.positive_int, "num_micro_batches",
-                                               num_micro_batches),
-        "normalize": validate.choice("normalize", normalize, NORMALIZE),
-        "strategy": validate.choice("strategy", strategy, strategies.names("plain")),
-        "steps": validate.positive_int("steps", steps),
-        "dtype": validate.choice("dtype", dtype, DTYPES),
-        "seed": validate.integer("seed", seed, low=0),
-    }
-    _check_together(config)
-    return config
-
-
-def _check_together(config):
-    """What one argument allows of another."""
-    n, m, k = config["global_batch"], config["micro_batch"], config["num_micro_batches"]
-    if (m is None) == (k is None):
-        raise ValueError(f"give exactly one of micro_batch and num_micro_batches, got "
-                         f"micro_batch={m} and num_micro_batches={k}")
-    for name, value in (("micro_batch", m), ("num_micro_batches", k)):
-        if value is not None and value > n:
-            raise ValueError(f"{name} must be at most global_batch={n}, got {value}")
-    if config["loss"] == "mse" and config["ignore_fraction"] != 0:
-        raise ValueError(f"ignore_fraction must be 0 with loss='mse' (MSE has no ignored "
-                         f"targets), got {config['ignore_fraction']}")
-    if config["strategy"] == "exact_batchnorm" and config["normalize"] != "items":
-        raise ValueError(f"strategy='exact_batchnorm' needs normalize='items', got "
-                         f"normalize='{config['normalize']}'")
-    if config["norm"] == "batch" and n < 2:
-        raise ValueError(f"norm='batch' needs global_batch >= 2 (BatchNorm's batch statistics "
-                         f"need 2 samples), got {n}")
-    split = split_sizes(n, m, k)
-    if config["norm"] == "batch" and config["strategy"] == "micro" and min(split) < 2:
-        given = f"micro_batch={m}" if m is not None else f"num_micro_batches={k}"
-        raise ValueError(f"norm='batch' with strategy='micro' needs at least 2 samples in "
-                         f"every micro-batch, but {given} splits global_batch={n} into "
-                         f"micro-batches as small as {min(split)}; choose another split or "
-                         f"strategy='exact_batchnorm'")
-
-
-def batches(config):
-    """The seeded ``(x, y)`` of every update (see the module docstring)."""
-    rng = np.random.default_rng([config["seed"], 1])
-    n, d, c = config["global_batch"], config["sizes"][0], config["sizes"][-1]
-    data = []
-    for _ in range(config["steps"]):
-        x = rng.normal(size=(n, d)).astype(config["dtype"])
-        if config["loss"] == "mse":
-            data.append((x, rng.normal(size=(n, c)).astype(config["dtype"])))
-            continue
-        y = rng.integers(0, c, size=n)
-        ignored = min(round(config["ignore_fraction"] * n), n - 1)
-        y[rng.choice(n, size=ignored, replace=False)] = IGNORE_INDEX
-        data.append((x, y))
-    return data
-
-
-def _factories(config):
-    """The model, the optimizer (from parameters) and the loss that ``config`` names."""
-    def make():
-        return nn.MLP(config["sizes"], activation=config["activation"],
-                      norm=None if config["norm"] == "none" else config["norm"],
-                      dropout=config["dropout"], seed=config["seed"], dtype=config["dtype"])
-
-    def make_optimizer(params):
-        return optim.make(config["optimizer"], params, config["lr"], config["weight_decay"])
-
-    if config["loss"] == "mse":
-        return make, make_optimizer, nn.MSELoss()
-    return make, make_optimizer, nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
-
+__all__ = ["DTYPES", "LOSSES", "MODELS", "NORMS", "batches", "check", "configuration",
+           "factories", "relu_flips"]
 
 def _finite(value):
     value = float(value)
@@ -198,10 +116,11 @@ def _measure(t, full, acc, idle, bound):
             "idle_ratio": _finite(bound_ratio(idle_gap, bound))}
 
 
-def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-entropy",
-          ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0, clip=None,
-          global_batch=64, micro_batch=None, num_micro_batches=None, normalize="items",
-          strategy="micro", steps=20, dtype="float64", seed=0):
+def check(sizes=None, *, model="mlp", vocab_size=None, context=None, embedding_dim=None,
+          hidden=None, max_length=None, activation=None, norm="none", dropout=0.0,
+          loss="cross-entropy", ignore_fraction=0.0, optimizer="sgd", lr=0.01, weight_decay=0.0,
+          clip=None, global_batch=64, micro_batch=None, num_micro_batches=None,
+          normalize="items", strategy="micro", steps=20, dtype="float64", seed=0):
     """Is accumulated training full-batch training for this set-up? The module docstring
     describes the data, the verdict and the result; ``configuration`` checks the arguments.
 
@@ -211,17 +130,23 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
     >>> result = check([3, 4, 2], global_batch=6, micro_batch=4, steps=2)
     >>> result["sizes"], result["equivalent"]
     ([4, 2], True)
+    >>> check(model="charlm", global_batch=4, micro_batch=2, steps=2)["equivalent"]
+    True
     """
     config = configuration(
-        sizes, activation=activation, norm=norm, dropout=dropout, loss=loss,
-        ignore_fraction=ignore_fraction, optimizer=optimizer, lr=lr, weight_decay=weight_decay,
-        clip=clip, global_batch=global_batch, micro_batch=micro_batch,
-        num_micro_batches=num_micro_batches, normalize=normalize, strategy=strategy, steps=steps,
-        dtype=dtype, seed=seed)
-    split = split_sizes(config["global_batch"], config["micro_batch"],
-                        config["num_micro_batches"])
+        sizes, model=model, vocab_size=vocab_size, context=context, embedding_dim=embedding_dim,
+        hidden=hidden, max_length=max_length, activation=activation, norm=norm, dropout=dropout,
+        loss=loss, ignore_fraction=ignore_fraction, optimizer=optimizer, lr=lr,
+        weight_decay=weight_decay, clip=clip, global_batch=global_batch,
+        micro_batch=micro_batch, num_micro_batches=num_micro_batches, normalize=normalize,
+        strategy=strategy, steps=steps, dtype=dtype, seed=seed)
+    samples = split_sizes(config["global_batch"], config["micro_batch"],
+                          config["num_micro_batches"])
+    # the rows of each micro-batch: a sample is one row, a sequence its positions
+    rows = charlm.positions(config) if config["model"] == "charlm" else 1
+    split = [n * rows for n in samples]
     data = batches(config)
-    make, make_optimizer, loss_fn = _factories(config)
+    make, make_optimizer, loss_fn = factories(config)
     updates, flips, diverged = [], [], None
     idle = make()  # the idle run (minigrad.analysis.power): every gradient 0
     idle_optimizer, start = make_optimizer(idle.parameters()), _flat_parameters(idle)
@@ -251,5 +176,5 @@ def check(sizes, *, activation="relu", norm="none", dropout=0.0, loss="cross-ent
         equivalent, reasons = None, no_verdict(config, updates, still)
     label = NOT_EQUIVALENT if equivalent is False else NO_VERDICT
     sentence = EQUIVALENT if equivalent else f"{label}: {'; '.join(reasons)}"
-    return {"config": config, "sizes": split, "updates": updates, "equivalent": equivalent,
+    return {"config": config, "sizes": samples, "updates": updates, "equivalent": equivalent,
             "reasons": reasons, "notes": notes, "verdict": sentence}

@@ -63,7 +63,7 @@ def no_verdict(config, updates, still):
     causes = []
     if config["lr"] == 0:
         causes.append("lr is 0, so no update moves the parameters")
-    elif config["loss"] == "cross-entropy" and config["sizes"][-1] == 1:
+    elif config["loss"] == "cross-entropy" and config["sizes"] and config["sizes"][-1] == 1:
         causes.append("cross-entropy over one output class is identically 0 (the log-softmax "
                       "of a single logit), so every gradient is 0: give the model at least 2 "
                       "outputs")

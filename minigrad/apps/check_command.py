@@ -14,11 +14,12 @@ import re
 from minigrad import optim
 from minigrad.accumulate import NORMALIZE
 from minigrad.accumulate import strategy as strategies
-from minigrad.analysis import check, contrastive_check
+from minigrad.analysis import charlm, check, contrastive_check
 from minigrad.analysis.power import NO_VERDICT
 from minigrad.analysis.trajectory import Diverged
 from minigrad.apps.args import number, widths
 from minigrad.engine import validate
+from minigrad.nn.mlp import ACTIVATIONS
 
 DESCRIPTION = """\
 Train an MLP on seeded random data twice from the same start, full batch and accumulated
@@ -31,6 +32,13 @@ accumulates nothing (every gradient 0) would have passed too, as with one output
 (cross-entropy over one class is identically 0) or --lr 0. Each row shows that run's gap
 over the bound as idle/bound: the check can fail only where it exceeds 1.
 
+With --model charlm: the character-level language model nn.CharMLP (--vocab-size,
+--context, --embedding-dim, --hidden; tanh) on seeded token sequences of 1 to --max-length
+tokens and a boundary token, padded with ignored targets, so that micro-batches hold
+different numbers of real tokens, the items of the loss. --global-batch and the split count
+sequences; --sizes, --activation, --norm, --dropout, --loss and --ignore-fraction do not
+apply (only their charlm values are accepted: tanh, none, 0, cross-entropy, 0).
+
 With --loss contrastive: a dual encoder (two MLP towers, --sizes) on pairs of views of
 scikit-learn's digits (left and right halves), symmetric InfoNCE, and a contrastive strategy
 (--strategy naive, gradcache or bank); the strategy's gradient is compared with the full
@@ -42,6 +50,7 @@ examples:
   minigrad check --sizes 64,32,10 --norm batch --micro-batch 16
   minigrad check --sizes 64,32,10 --norm group --micro-batch 7 --ignore-fraction 0.3 \\
       --optimizer adam --lr 0.001 --json
+  minigrad check --model charlm --micro-batches 4 --normalize micro_batch_mean
   minigrad check --loss contrastive --strategy gradcache"""
 
 # the exit status of each verdict: IS, NOT, no verdict (argparse exits 2 on a bad argument)
@@ -49,9 +58,9 @@ STATUS = {True: 0, False: 1, None: 3}
 
 # check's argument names -> their flags (messages about two arguments name both)
 FLAGS = {name: "--" + name.replace("_", "-") for name in (
-    "sizes", "activation", "norm", "dropout", "loss", "ignore_fraction", "optimizer", "lr",
-    "weight_decay", "clip", "global_batch", "micro_batch", "normalize", "strategy", "steps",
-    "dtype", "seed")}
+    "model", "sizes", *charlm.DEFAULTS, "activation", "norm", "dropout", "loss",
+    "ignore_fraction", "optimizer", "lr", "weight_decay", "clip", "global_batch", "micro_batch",
+    "normalize", "strategy", "steps", "dtype", "seed")}
 FLAGS["num_micro_batches"] = "--micro-batches"
 
 
@@ -63,11 +72,15 @@ def register(commands):
     count = functools.partial(number, int, validate.positive_int)
     rate = functools.partial(number, float, validate.real)
     default = " (default: %(default)s)"
+    p.add_argument("--model", choices=check.MODELS, default="mlp",
+                   help="mlp: an MLP of --sizes; charlm: the character-level language model "
+                        "nn.CharMLP on token sequences" + default)
     p.add_argument("--sizes", type=widths,
                    help="MLP widths, inputs first and classes (outputs) last, e.g. 64,32,10 "
                         "(required, except with --loss contrastive: each tower's widths, "
-                        "default 32,16,8)")
-    p.add_argument("--activation", choices=tuple(check.ACTIVATIONS), default="relu", help=default)
+                        "default 32,16,8; not with --model charlm)")
+    p.add_argument("--activation", choices=tuple(ACTIVATIONS),
+                   help="(default: relu; tanh, the only one, with --model charlm)")
     p.add_argument("--norm", choices=check.NORMS, default="none",
                    help="normalisation after each hidden Linear" + default)
     p.add_argument("--dropout", type=number(float, validate.probability, "--dropout"),
@@ -106,6 +119,21 @@ def register(commands):
     p.add_argument("--dtype", choices=check.DTYPES, default="float64", help=default)
     p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
                    help="seed of the data and the initial weights" + default)
+    lm = p.add_argument_group("--model charlm", "the language model and its sequences")
+    lm.add_argument("--vocab-size", type=number(int, validate.integer, "--vocab-size", low=2),
+                    help=f"tokens, the boundary token 0 included (default: "
+                         f"{charlm.DEFAULTS['vocab_size']})")
+    lm.add_argument("--context", type=count("--context"),
+                    help=f"previous tokens the model sees (default: "
+                         f"{charlm.DEFAULTS['context']})")
+    lm.add_argument("--embedding-dim", type=count("--embedding-dim"),
+                    help=f"width of a token's embedding (default: "
+                         f"{charlm.DEFAULTS['embedding_dim']})")
+    lm.add_argument("--hidden", type=count("--hidden"),
+                    help=f"tanh units (default: {charlm.DEFAULTS['hidden']})")
+    lm.add_argument("--max-length", type=count("--max-length"),
+                    help=f"the longest sequence: lengths are uniform in 1..MAX_LENGTH tokens, "
+                         f"then the boundary (default: {charlm.DEFAULTS['max_length']})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, error=p.error)
     return p
@@ -114,11 +142,11 @@ def register(commands):
 def run(args):
     """Check the set-up that ``args`` describes; 0: equivalent, 1: not, 3: no verdict. A bad
     combination of values, or a full-batch run that diverges, exits 2 through ``args.error``."""
-    if args.loss == "contrastive":
+    if args.loss == "contrastive" and args.model == "mlp":
         return _run_contrastive(args)
     if args.strategy in strategies.names("contrastive"):
         args.error(f"--strategy {args.strategy} is for --loss contrastive, got --loss {args.loss}")
-    if args.sizes is None:
+    if args.sizes is None and args.model == "mlp":
         args.error("the following arguments are required: --sizes")
     if args.micro_batch is None and args.num_micro_batches is None:
         args.error("one of the arguments --micro-batch --micro-batches is required")
@@ -145,6 +173,9 @@ def _run_contrastive(args):
                                  ("--normalize", args.normalize, "items")):
         if value != allowed:
             args.error(f"{flag} must be {allowed} with --loss contrastive, got {value}")
+    for name in charlm.DEFAULTS:
+        if getattr(args, name) is not None:
+            args.error(f"{FLAGS[name]} applies to --model charlm only, got {getattr(args, name)}")
     try:
         from minigrad.studies.data import paired_digits
 
@@ -154,6 +185,7 @@ def _run_contrastive(args):
     names = ("sizes", "activation", "norm", "dropout", "optimizer", "lr", "weight_decay", "clip",
              "global_batch", "micro_batch", "num_micro_batches", "steps", "dtype", "seed")
     options = {name: getattr(args, name) for name in names}
+    options["activation"] = args.activation or "relu"
     options["strategy"] = args.strategy or "gradcache"
     try:
         contrastive_check.configuration(pool, **options)
@@ -197,9 +229,15 @@ def _print(result):
     rule = f"{c['optimizer']} lr={c['lr']:g}" + (f" weight_decay={c['weight_decay']:g}"
                                                  if c["weight_decay"] else "")
     rule += f" clip={c['clip']:g}" if c["clip"] is not None else ""
-    print(f"MLP {c['sizes']} ({c['activation']}, norm {c['norm']}, dropout {c['dropout']:g}), "
-          f"{loss}, {rule}, {c['dtype']}")
-    print(f"global batch {c['global_batch']} as micro-batches {_split(result['sizes'])} "
+    if c["model"] == "charlm":
+        print(f"model=charlm: CharMLP(vocab_size={c['vocab_size']}, context={c['context']}, "
+              f"embedding_dim={c['embedding_dim']}, hidden={c['hidden']}), tanh, sequences of "
+              f"1-{c['max_length']} tokens (padding ignored), {loss}, {rule}, {c['dtype']}")
+    else:
+        print(f"MLP {c['sizes']} ({c['activation']}, norm {c['norm']}, dropout "
+              f"{c['dropout']:g}), {loss}, {rule}, {c['dtype']}")
+    unit = " sequences" if c["model"] == "charlm" else ""
+    print(f"global batch {c['global_batch']}{unit} as micro-batches {_split(result['sizes'])} "
           f"(normalize={c['normalize']}, strategy={c['strategy']}), seed {c['seed']}")
     print(f"{'step':>6}  {'max |gap|':>10}  {'bound':>10}  {'gap/bound':>10}  "
           f"{'idle/bound':>10}")

@@ -1,7 +1,7 @@
 """Layers, losses and the MLP, with PyTorch names and semantics."""
 
 from minigrad.engine.tensor import Parameter
-from minigrad.nn import functional
+from minigrad.nn import functional, windows
 from minigrad.nn.contrastive import DualEncoder, InfoNCELoss, info_nce, pairs
 from minigrad.nn.dropout import Dropout, dropout_keys
 from minigrad.nn.language import CharMLP
@@ -25,5 +25,5 @@ __all__ = [
     "BatchNorm1d", "CharMLP", "CrossEntropyLoss", "Dropout", "DualEncoder", "Embedding", "GELU",
     "GhostBatchNorm1d", "GroupNorm", "Identity", "InfoNCELoss", "LayerNorm", "Linear", "MLP",
     "MSELoss", "Module", "Parameter", "ReLU", "Recompute", "Sequential", "Sigmoid", "Tanh",
-    "dropout_keys", "functional", "info_nce", "pairs", "recompute",
+    "dropout_keys", "functional", "info_nce", "pairs", "recompute", "windows",
 ]

@@ -19,6 +19,6 @@ from minigrad.lazy import submodules
 
 __all__ = ["batchnorm", "claims", "communication", "contrastive", "data", "explorers",
            "figures", "floating_point", "graphs", "interactive", "libraries", "memory",
-           "normalisation", "precision", "step_accounting", "text"]
+           "normalisation", "precision", "step_accounting", "text", "tokens"]
 
 __getattr__, __dir__ = submodules(__name__, __all__, globals())

@@ -33,7 +33,8 @@ EXPLORERS = {"split": "normalisation.explorer:split_explorer",
              "floating-point": "floating_point:floating_point_explorer",
              "memory": "memory.explorer:memory_explorer",
              "contrastive": "contrastive.explorer:contrastive_explorer",
-             "precision": "precision.explorer:precision_explorer"}
+             "precision": "precision.explorer:precision_explorer",
+             "tokens": "tokens.explorer:tokens_explorer"}
 """Name -> where the function that computes that explorer's data lives (``chapter.module:
 function`` under ``minigrad.studies``); the docs hook computes each through ``load``."""
 

@@ -5,8 +5,9 @@ A name is a sequence of tokens: its characters, then the boundary token ``"."`` 
 makemore), which also pads the context at the start. For context length C, position t of a
 sequence gives one item: the previous C token ids, and the next token id (its target).
 "emma" with C = 3 gives five: ``...`` -> e, ``..e`` -> m, ``.em`` -> m, ``emm`` -> a,
-``mma`` -> ``.``. Two layouts put many sequences into arrays that ``accumulate.step``
-splits by rows, to train with ``nn.CrossEntropyLoss(ignore_index=-100)``:
+``mma`` -> ``.``. Two layouts (``minigrad.nn.windows``, which holds ``Windows`` and
+``IGNORE_INDEX``, -100) put many sequences into arrays that ``accumulate.step`` splits by
+rows, to train with ``nn.CrossEntropyLoss(ignore_index=-100)``:
 
 * ``padded_windows``: one sequence per row, rows padded to the longest; a padding
   position's target is ``IGNORE_INDEX``, so the items are the real tokens;
@@ -23,15 +24,13 @@ splits by rows, to train with ``nn.CrossEntropyLoss(ignore_index=-100)``:
 import importlib.resources
 from dataclasses import dataclass
 
-import numpy as np
-
 from minigrad import nn
 from minigrad.engine import Tensor, backend, validate
 
+IGNORE_INDEX = nn.windows.IGNORE_INDEX
+"""The target of a padding position, ``nn.CrossEntropyLoss``'s default ``ignore_index``."""
 BOUNDARY = "."
 """The boundary token (id 0): the end of every name, and the padding of a context's start."""
-IGNORE_INDEX = -100
-"""The target of a padding position, ``nn.CrossEntropyLoss``'s default ``ignore_index``."""
 LISTS = ("female", "male")
 """The Census lists ``names_corpus`` reads (files ``dist.<list>.first`` of ``names``)."""
 
@@ -120,115 +119,34 @@ def vocabulary(words):
     return Vocabulary((BOUNDARY, *sorted(set("".join(_words(words))))))
 
 
-@dataclass(frozen=True)
-class Windows:
-    """Items of a layout, row by row. ``x`` (rows, L, C): each position's context, token
-    ids; ``y`` (rows, L): its target, ``IGNORE_INDEX`` at padding; ``sequence`` (rows, L):
-    the index in ``words`` of the sequence it belongs to, -1 at padding (a boundary between
-    two sequences is where it changes). All int64 NumPy arrays."""
-
-    x: np.ndarray
-    y: np.ndarray
-    sequence: np.ndarray
-
-    @property
-    def num_tokens(self):
-        """The items: real (not padding) positions."""
-        return int(np.sum(self.y != IGNORE_INDEX))
-
-    def flatten(self):
-        """One position per row: x (rows * L, C), y and sequence (rows * L,)."""
-        return Windows(self.x.reshape(-1, self.x.shape[-1]), self.y.reshape(-1),
-                       self.sequence.reshape(-1))
-
-    def tokens(self):
-        """The real positions only, in row order: x (T, C), y and sequence (T,)."""
-        flat = self.flatten()
-        kept = flat.y != IGNORE_INDEX
-        return Windows(flat.x[kept], flat.y[kept], flat.sequence[kept])
-
-    def sequence_targets(self):
-        """``y`` and ``sequence`` stacked on a last axis, (..., 2): the targets of
-        ``SequenceMeanLoss``."""
-        return np.stack([self.y, self.sequence], axis=-1)
-
-
-def _sequences(words, vocab, context):
-    """Each word's (contexts (n, C), targets (n,)) of its n = len(word) + 1 positions."""
+def _encoded(words, vocab):
+    """Each word's token ids, then the boundary's: the targets of its positions."""
     words = _words(words)
     if not isinstance(vocab, Vocabulary):
         raise TypeError(f"vocab must be a Vocabulary (text.vocabulary(words)), got "
                         f"{type(vocab).__name__}")
-    context = validate.positive_int("context", context)
-    out = []
-    for word in words:
-        targets = np.array([*vocab.encode(word), 0], dtype=np.int64)
-        stream = np.concatenate([np.zeros(context, dtype=np.int64), targets])
-        windows = np.stack([stream[t:t + context] for t in range(len(targets))])
-        out.append((windows, targets))
-    return out, context
-
-
-def _layout(rows, length, context):
-    """Empty arrays of ``rows`` rows of ``length`` padding positions."""
-    return (np.zeros((rows, length, context), dtype=np.int64),
-            np.full((rows, length), IGNORE_INDEX, dtype=np.int64),
-            np.full((rows, length), -1, dtype=np.int64))
+    return [[*vocab.encode(word), 0] for word in words]
 
 
 def padded_windows(words, vocab, context):
-    """One sequence per row, rows padded to the longest (len(word) + 1 positions): a padding
-    position's context is boundary tokens and its target ``IGNORE_INDEX``."""
-    sequences, context = _sequences(words, vocab, context)
-    x, y, sequence = _layout(len(sequences), max(len(t) for _, t in sequences), context)
-    for i, (windows, targets) in enumerate(sequences):
-        n = len(targets)
-        x[i, :n], y[i, :n], sequence[i, :n] = windows, targets, i
-    return Windows(x, y, sequence)
+    """One name per row, rows padded to the longest (len(word) + 1 positions): a padding
+    position's context is boundary tokens and its target ``IGNORE_INDEX``
+    (``nn.windows.padded``)."""
+    return nn.windows.padded(_encoded(words, vocab), context)
 
 
 def packed_windows(words, vocab, context, row_length, *, reset=True):
-    """Sequences one after another in rows of ``row_length`` positions: each goes into the
-    current row if it fits, else it starts the next (it is never cut), and what is left at a
-    row's end is padding.
-
-    ``reset=True``: each sequence's context starts from boundary tokens, as in
-    ``padded_windows`` (its items are the same). ``reset=False``: the context runs on across
-    the boundary from the sequence before it in the row (each row starts from boundary
-    tokens): the first C - 1 positions of a sequence see the end of the one before (the
-    boundary token between the two is in both contexts).
+    """Names one after another in rows of ``row_length`` positions, never cut
+    (``nn.windows.packed``): ``reset=True`` starts each name's context from boundary tokens,
+    ``reset=False`` lets it run on from the name before it in the row (the boundary token
+    between the two is in both contexts).
 
     >>> vocab = vocabulary(["emma", "ava"])
     >>> leak = packed_windows(["emma", "ava"], vocab, 3, row_length=9, reset=False)
     >>> vocab.decode(leak.x[0, 5]), vocab.decode(leak.x[0, 6])  # the contexts of "a", "v"
     ('ma.', 'a.a')
     """
-    sequences, context = _sequences(words, vocab, context)
-    row_length = validate.positive_int("row_length", row_length)
-    reset = validate.boolean("reset", reset)
-    longest = max(len(t) for _, t in sequences)
-    if row_length < longest:
-        raise ValueError(f"row_length must be >= {longest} (the longest sequence: its word "
-                         f"and the boundary), got {row_length}")
-    placed, row, used = [], 0, 0
-    for i, (_, targets) in enumerate(sequences):
-        if used + len(targets) > row_length:
-            row, used = row + 1, 0
-        placed.append((i, row, used))
-        used += len(targets)
-    x, y, sequence = _layout(row + 1, row_length, context)
-    for i, row, start in placed:
-        windows, targets = sequences[i]
-        stop = start + len(targets)
-        y[row, start:stop], sequence[row, start:stop] = targets, i
-        if reset:
-            x[row, start:stop] = windows
-    if not reset:  # the context of each row's stream: boundary tokens, then its targets
-        for r in range(row + 1):
-            stream = np.concatenate([np.zeros(context, dtype=np.int64),
-                                     np.where(sequence[r] >= 0, y[r], 0)])
-            x[r] = np.stack([stream[t:t + context] for t in range(row_length)])
-    return Windows(x, y, sequence)
+    return nn.windows.packed(_encoded(words, vocab), context, row_length, reset=reset)
 
 
 class SequenceMeanLoss(nn.Module):
@@ -242,6 +160,7 @@ class SequenceMeanLoss(nn.Module):
     sequence index (-1 at padding); n_s is counted in the targets given, so a micro-batch
     must hold whole sequences, as a split by rows does (a sequence never spans two rows).
 
+    >>> import numpy as np
     >>> w = padded_windows(["ab", "b"], vocabulary(["ab", "b"]), context=2)
     >>> loss, logits = SequenceMeanLoss(), Tensor(np.zeros((2, 3, 3)))  # all 1/3
     >>> loss.num_items(w.sequence_targets()), round(loss(logits, w.sequence_targets()).item(), 6)

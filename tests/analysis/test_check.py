@@ -4,11 +4,14 @@ failed. Small set-ups (an MLP 3-6-4, batches of 10, 3 updates): each check takes
 hundredths of a second."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from minigrad import Parameter, nn, optim
+from minigrad.accumulate import split_sizes
+from minigrad.analysis import charlm
 from minigrad.analysis import check as checking
 from minigrad.analysis.causes import EQUIVALENT, NOT_EQUIVALENT, REASONS, relu_flips
 from minigrad.analysis.check import check
@@ -117,11 +120,13 @@ def test_the_result_is_json_with_the_documented_schema():
     assert list(result) == ["config", "sizes", "updates", "equivalent", "reasons", "notes",
                             "verdict"]
     config = result["config"]
-    assert list(config) == ["sizes", "activation", "norm", "dropout", "loss",
+    assert list(config) == ["model", "sizes", "vocab_size", "context", "embedding_dim",
+                            "hidden", "max_length", "activation", "norm", "dropout", "loss",
                             "ignore_fraction", "optimizer", "lr", "weight_decay", "clip",
                             "global_batch", "micro_batch", "num_micro_batches", "normalize",
                             "strategy", "steps", "dtype", "seed"]
     assert config["num_micro_batches"] is None and config["clip"] == 0.5
+    assert config["model"] == "mlp" and config["vocab_size"] is None
     for row in result["updates"]:
         assert list(row) == ["step", "max_abs", "max_rel", "max_ulp", "bound", "ratio",
                              "idle_ratio"]
@@ -244,3 +249,109 @@ def test_relu_flips_counts_inputs_that_change_sign_between_the_passes():
     assert relu_flips(model, x, [3, 3], 0) == 4
     assert relu_flips(model, x, [6], 0) == 0
     assert relu_flips(nn.MLP([2, 3, 2], norm="batch"), x, [3, 3], 0) is None
+
+
+# ----- the character-level language model (model="charlm") ----------------------------------
+LM = dict(model="charlm", vocab_size=7, context=2, embedding_dim=3, hidden=8, max_length=5,
+          global_batch=6, steps=3)
+
+
+def token_counts(options):
+    """The real tokens of each micro-batch at each update of a charlm set-up."""
+    config = checking.configuration(**options)
+    positions = config["max_length"] + 1
+    edges = np.cumsum([0, *split_sizes(config["global_batch"], config["micro_batch"],
+                                       config["num_micro_batches"])]) * positions
+    return [[int(np.sum(y[a:b] != -100)) for a, b in zip(edges, edges[1:])]
+            for _, y in checking.batches(config)]
+
+
+def test_the_language_models_data_are_padded_windows_of_seeded_sequences():
+    """Sequences of 1..max_length tokens in 1..V-1 and the boundary 0, one position per row,
+    padded to max_length + 1 positions with ignored targets; the same seed, the same data."""
+    config = checking.configuration(**LM, micro_batch=4)
+    data = checking.batches(config)
+    assert len(data) == 3
+    for x, y in data:
+        assert (x.shape, y.shape, x.dtype, y.dtype) == ((36, 2), (36,), np.int64, np.int64)
+        for row, contexts in zip(y.reshape(6, 6), x.reshape(6, 6, 2)):
+            n = int(np.sum(row != -100))
+            assert 2 <= n <= 6 and np.all(row[n:] == -100) and row[n - 1] == 0
+            assert np.all((row[:n - 1] >= 1) & (row[:n - 1] <= 6))
+            assert contexts[0].tolist() == [0, 0] and contexts[1].tolist() == [0, row[0]]
+    again = checking.batches(config)
+    assert all(np.array_equal(a, b) for (a, _), (b, _) in zip(data, again))
+
+
+@pytest.mark.parametrize("seed, split", [
+    (0, dict(micro_batch=4)), (1, dict(num_micro_batches=3)), (2, dict(micro_batch=1)),
+    (3, dict(num_micro_batches=2, optimizer="adam", lr=1e-3)),
+])
+def test_the_item_rule_is_full_batch_training_for_the_language_model(seed, split):
+    """Micro-batches hold different numbers of real tokens; dividing once by the update's
+    tokens is full-batch training, and a run that accumulates nothing would have failed."""
+    assert any(len(set(row)) > 1 for row in token_counts({**LM, **split, "seed": seed}))
+    result = check(**LM, **split, seed=seed)
+    assert result["equivalent"] is True and within(result)
+    assert result["reasons"] == [] and result["notes"] == [] and result["verdict"] == EQUIVALENT
+    assert max(row["idle_ratio"] for row in result["updates"]) > 1e6
+    assert result["config"]["activation"] == "tanh" and result["config"]["sizes"] is None
+
+
+@pytest.mark.parametrize("split, sizes", [(dict(num_micro_batches=2), [3, 3]),
+                                          (dict(micro_batch=4), [4, 2])])
+def test_the_textbook_rule_is_not_for_the_language_model_even_on_an_even_split(split, sizes):
+    result = check(**LM, **split, normalize="micro_batch_mean")
+    assert result["sizes"] == sizes
+    assert result["equivalent"] is False and not within(result)
+    assert result["reasons"] == [REASONS["tokens"]]
+    assert result["verdict"] == f"{NOT_EQUIVALENT}: {REASONS['tokens']}"
+    assert max(row["ratio"] for row in result["updates"]) > 1e3
+
+
+def test_the_language_model_in_float32():
+    result = check(**LM, micro_batch=4, dtype="float32")
+    assert result["equivalent"] is True and result["config"]["dtype"] == "float32"
+
+
+def test_the_language_model_at_lr_0_gives_no_verdict():
+    result = check(**LM, micro_batch=4, lr=0)
+    assert result["equivalent"] is None
+    assert result["reasons"] == ["lr is 0, so no update moves the parameters", NEVER_MOVED]
+
+
+def test_the_language_models_result_is_json_with_its_options():
+    result = check(**LM, micro_batch=4)
+    assert json.loads(json.dumps(result, allow_nan=False)) == result
+    config = result["config"]
+    assert {key: config[key] for key in list(config)[:7]} == {
+        "model": "charlm", "sizes": None, "vocab_size": 7, "context": 2, "embedding_dim": 3,
+        "hidden": 8, "max_length": 5}
+    defaults = checking.configuration(model="charlm", micro_batch=2)
+    assert [defaults[k] for k in charlm.DEFAULTS] == [27, 3, 4, 16, 8]
+
+
+@pytest.mark.parametrize("options, error, message", [
+    (dict(sizes=[3, 4]), ValueError, "sizes applies to model='mlp' only; with model='charlm' "
+                                     "give vocab_size, context, embedding_dim, hidden and "
+                                     "max_length, got [3, 4]"),
+    (dict(activation="relu"), ValueError, "activation must be 'tanh' with model='charlm' "
+                                          "(CharMLP's one nonlinearity is tanh), got 'relu'"),
+    (dict(norm="group"), ValueError, "norm must be 'none' with model='charlm' (CharMLP has no "
+                                     "normalisation), got 'group'"),
+    (dict(dropout=0.2), ValueError, "dropout must be 0 with model='charlm' (CharMLP has no "
+                                    "Dropout), got 0.2"),
+    (dict(loss="mse"), ValueError, "loss must be 'cross-entropy' with model='charlm'"),
+    (dict(ignore_fraction=0.1), ValueError, "ignore_fraction must be 0 with model='charlm' "
+                                            "(the ignored targets are the padding"),
+    (dict(vocab_size=1), ValueError, "vocab_size must be an integer >= 2, got 1"),
+    (dict(context=0), ValueError, "context must be a positive int, got 0"),
+    (dict(hidden=True), TypeError, "hidden must be a positive int, got bool True"),
+    (dict(model="gpt"), ValueError, "model must be one of 'mlp', 'charlm', got 'gpt'"),
+    (dict(model="mlp", sizes=[3, 4], vocab_size=5), ValueError,
+     "vocab_size applies to model='charlm' only, got 5"),
+])
+def test_options_that_do_not_apply_to_the_language_model_are_refused(options, error, message):
+    options = {"model": "charlm", **options}
+    with pytest.raises(error, match="^" + re.escape(message)):
+        check(**options, global_batch=4, micro_batch=2, steps=1)

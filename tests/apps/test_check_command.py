@@ -187,3 +187,88 @@ def test_the_command_exits_2_in_one_line():
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == ("minigrad check: error: --micro-batch must be at most "
                            "--global-batch 4, got 7 (see minigrad check --help)\n")
+
+
+# ----- --model charlm ------------------------------------------------------------------------
+LM = ["--model", "charlm", "--vocab-size", "7", "--context", "2", "--embedding-dim", "3",
+      "--hidden", "8", "--max-length", "5", "--global-batch", "6", "--steps", "3"]
+
+
+def test_the_language_model_exits_0_with_its_set_up_line(capsys):
+    assert minigrad_check([*LM, "--micro-batch", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("model=charlm: CharMLP(vocab_size=7, context=2, embedding_dim=3, "
+                        "hidden=8), tanh, sequences of 1-5 tokens (padding ignored), "
+                        "cross-entropy, sgd lr=0.01, float64")
+    assert lines[1] == ("global batch 6 sequences as micro-batches 4 + 2 (normalize=items, "
+                        "strategy=micro), seed 0")
+    assert lines[2].split() == ["step", "max", "|gap|", "bound", "gap/bound", "idle/bound"]
+    assert all(float(line.split()[3]) <= 1 < float(line.split()[4]) for line in lines[3:6])
+    assert lines[6:] == [EQUIVALENT]
+
+
+def test_the_language_models_textbook_rule_exits_1_and_lr_0_exits_3(capsys):
+    assert minigrad_check([*LM, "--micro-batches", "2", "--normalize", "micro_batch_mean"]) == 1
+    assert capsys.readouterr().out.splitlines()[-2:] == [f"{NOT_EQUIVALENT}:",
+                                                         f"  - {REASONS['tokens']}"]
+    assert minigrad_check([*LM, "--micro-batch", "4", "--lr", "0"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3:] == [f"{NO_VERDICT}:", "  - lr is 0, so no update moves the parameters",
+                          "  - the full-batch run never moved the parameters, so any "
+                          "accumulation rule, even a wrong one, gives the same gap of 0"]
+
+
+CHARLM = ["--model", "charlm", "--global-batch", "4", "--micro-batch", "2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([*CHARLM, "--sizes", "3,4"], "--sizes applies to --model mlp only; with --model charlm "
+                                  "give --vocab-size, --context, --embedding-dim, --hidden and "
+                                  "--max-length, got [3, 4]"),
+    ([*CHARLM, "--activation", "relu"], "--activation must be 'tanh' with --model charlm "
+                                        "(CharMLP's one nonlinearity is tanh), got 'relu'"),
+    ([*CHARLM, "--norm", "batch"], "--norm must be 'none' with --model charlm (CharMLP has no "
+                                   "normalisation), got 'batch'"),
+    ([*CHARLM, "--dropout", "0.5"], "--dropout must be 0 with --model charlm (CharMLP has no "
+                                    "Dropout), got 0.5"),
+    ([*CHARLM, "--loss", "mse"], "--loss must be 'cross-entropy' with --model charlm (the next "
+                                 "token is a class), got 'mse'"),
+    ([*CHARLM, "--ignore-fraction", "0.2"], "--ignore-fraction must be 0 with --model charlm "
+                                            "(the ignored targets are the padding of sequences "
+                                            "of different lengths), got 0.2"),
+    ([*CHARLM, "--loss", "contrastive"], "--loss must be one of 'cross-entropy', 'mse', got "
+                                         "'contrastive'"),
+    ([*CHARLM, "--vocab-size", "1"], "argument --vocab-size: must be an integer >= 2, got 1"),
+    ([*CHARLM, "--context", "0"], "argument --context: must be a positive int, got 0"),
+    ([*CHARLM, "--max-length", "x"], "argument --max-length: expected an integer, got 'x'"),
+    (["--model", "gpt"], "argument --model: invalid choice: 'gpt' (choose from 'mlp', 'charlm')"),
+    (["--sizes", "3,6,4", "--micro-batch", "2", "--vocab-size", "5"],
+     "--vocab-size applies to --model charlm only, got 5"),
+    (["--loss", "contrastive", "--hidden", "8"], "--hidden applies to --model charlm only, got 8"),
+])
+def test_the_language_models_bad_values_are_one_line_and_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        minigrad_check(argv)
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and out == ""
+    assert err == f"minigrad check: error: {message} (see minigrad check --help)\n"
+
+
+def test_help_lists_the_language_models_options(capsys):
+    with pytest.raises(SystemExit):
+        minigrad_check(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--model {mlp,charlm}" in help_text
+    for flag in ("--vocab-size VOCAB_SIZE", "--context CONTEXT", "--embedding-dim EMBEDDING_DIM",
+                 "--hidden HIDDEN", "--max-length MAX_LENGTH"):
+        assert flag in help_text
+    assert "minigrad check --model charlm --micro-batches 4 --normalize micro_batch_mean" in \
+        help_text
+
+
+def test_the_command_checks_the_language_model():
+    done = run(*LM, "--micro-batches", "2", "--normalize", "micro_batch_mean", "--json")
+    assert (done.returncode, done.stderr) == (1, "")
+    report = json.loads(done.stdout)
+    assert report["config"]["model"] == "charlm" and report["sizes"] == [3, 3]
+    assert report["reasons"] == [REASONS["tokens"]]

@@ -16,8 +16,11 @@ import pytest
 from helpers import exec_page, first_number, rounding_limits, table_rows, typed_numbers
 
 from minigrad import optim
+from minigrad.accumulate import accumulated_gradients
 from minigrad.analysis import bounds, trajectory
 from minigrad.studies.batchnorm import training as norm_training
+from minigrad.studies.tokens import bound as token_bound
+from minigrad.studies.tokens import training as token_training
 
 CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts"
 PAGES = sorted(p.stem for p in CONCEPTS.glob("*.md"))
@@ -55,7 +58,7 @@ table, number = table_rows, first_number
 def test_every_concepts_page_of_the_site_exists():
     assert PAGES == ["accumulation", "array-dispatch", "autodiff", "batchnorm", "contrastive",
                      "dropout", "floating-point", "loss-normalisation", "memory",
-                     "mixed-precision", "recomputation", "step-accounting"]
+                     "mixed-precision", "recomputation", "step-accounting", "token-losses"]
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -268,3 +271,49 @@ def test_contrastive_gradcache_is_within_the_bound_and_the_banks_balance_the_nor
     # The illustration the page shows (one seed, a few updates; the verdict is notebook 09's)
     assert imbalance["dual banks"] < imbalance["passage bank"]
     assert imbalance["full batch"] < imbalance["passage bank"]
+
+
+def token_limit(make, objective, windows, splits):
+    """max b / max|g_full| for a token-level objective: the most rounding alone may give a
+    printed error (``studies.tokens.bound.gradient_bound``)."""
+    loss, y = token_training.LOSSES[objective], token_training.targets(windows, objective)
+    b = bounds.flat(token_bound.gradient_bound(make(), loss, windows.x, y, splits).values())
+    g = bounds.flat(accumulated_gradients(make(), loss, windows.x, y).values())
+    return float(np.max(b) / np.max(np.abs(g)))
+
+
+def test_token_losses_rules_spread_and_packing():
+    outputs = run_page("token-losses")
+    layouts, rules, spread, packing = (table(outputs[i]) for i in (1, 2, 3, 5))
+    page = scope("token-losses", "tokens")
+    make, padded, sizes = page["make"], page["padded"], page["sizes"]
+    # "micro-batches of equal rows hold different tokens"
+    assert layouts[0][0] == "padded" and len(set(layouts[0][4].strip("[]").split(","))) > 1
+    limits = {objective: token_limit(make, objective, padded, len(sizes))
+              for objective in ("token mean", "sequence mean")}
+    rows = {r[0]: r for r in rules}
+    assert number(rows["item-weighted"][3]) <= PRINTED * limits["token mean"]
+    assert number(rows["textbook"][3]) > 1e6 * limits["token mean"]
+    assert number(rows["per-sequence"][3]) <= PRINTED * limits["sequence mean"]
+    # the spread: the textbook rule exact at zero spread, far outside from the first name
+    # moved on, growing with the spread; the item-weighted rule within everywhere
+    chosen = token_training.matched_halves(page["corpus"], 24)
+    windows = page["text"].padded_windows([page["corpus"][i] for i in chosen], page["vocab"],
+                                          page["CONTEXT"])
+    limit = token_limit(make, "token mean", windows, 2)
+    spreads = [int(r[2]) for r in spread]
+    textbook = [number(r[4]) for r in spread]
+    assert spreads[0] == 0 and spreads == sorted(set(spreads))
+    assert all(number(r[3]) <= PRINTED * limit for r in spread)
+    assert textbook[0] <= PRINTED * limit and all(e > 1e6 * limit for e in textbook[1:])
+    assert textbook[1:] == sorted(textbook[1:])
+    # per-sequence averaging: exact under its own normaliser, another gradient than the mean's
+    own, own_bound, apart = (float(v) for v in re.findall(r"\d\.\de[-+]\d+", outputs[4]))
+    assert own <= PRINTED * limits["sequence mean"] and own_bound >= own
+    assert apart > 1e6 * limits["token mean"]
+    # packing: the reset keeps the gradient in fewer positions, no reset leaves it
+    layout = {r[0]: r for r in packing}
+    assert number(layout["padded"][5]) <= 1 and number(layout["packed, context reset"][5]) <= 1
+    assert number(layout["packed, no reset"][5]) > 1e6
+    assert layout["padded"][3] == layout["packed, context reset"][3]
+    assert number(layout["packed, context reset"][2]) < number(layout["padded"][2])

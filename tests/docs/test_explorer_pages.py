@@ -295,6 +295,44 @@ def test_precision_explorer_shows_its_cases(page, server, site):  # noqa: F811
                                 "order": [1, 0]}, check)
 
 
+def test_tokens_explorer_shows_its_cases(page, server, site):  # noqa: F811
+    data, selector = open_explorer(page, server, site, "concepts/token-losses/", "tokens")
+    shoot(page, selector, "tokens")
+    ms, rules = data["controls"][0]["values"], data["controls"][2]["values"]
+
+    def check(index):
+        c = case(data, index)
+        k = len(c["sizes"])
+        traces = figure(page, selector)
+        assert len(traces) == 2 + len(rules) + 1
+        bars, curves, bound = traces[:2], traces[2:-1], traces[-1]
+        assert [t["x"] for t in bars] == [list(range(1, k + 1))] * 2
+        assert bars[0]["y"] == [s["value"] for s in c["shares"]["tokens"]]
+        assert bars[1]["y"] == [s["value"] for s in c["shares"]["rule"]]
+        assert all(t["x"] == ms for t in curves + [bound])
+        for r, trace in enumerate(curves):
+            along = [case(data, {**index, "micro": i, "rule": r}) for i in range(len(ms))]
+            assert trace["y"] == logged([a["max_rel"] for a in along])
+        along = [case(data, {**index, "micro": i}) for i in range(len(ms))]
+        assert bound["y"] == [a["limit"] for a in along]
+        note = page.locator(f"{selector} .explorer-main .explorer-note").inner_text()
+        assert note == ("Micro-batches of " + ", ".join(map(str, c["sizes"])) +
+                        " names, holding " + ", ".join(map(str, c["tokens"])) + " tokens.")
+        errors, rows = tables(page, selector)
+        for name in ("max_rel", "own_max_rel", "limit"):
+            shown(errors[name][1], c[name])
+        assert list(rows) == [str(j) for j in range(1, k + 1)]
+        for j, row in enumerate(rows.values()):
+            for cell, value in zip(row, [j + 1, c["sizes"][j], c["tokens"][j]]):
+                shown(cell, value)
+            for cell, part in zip(row[3:], ("tokens", "rule")):
+                share = c["shares"][part][j]
+                assert cell[0] == share["text"]
+                shown(cell, share["value"])
+
+    walk(page, selector, data, {"micro": [0, 6], "spread": [0, 4], "rule": [0, 2]}, check)
+
+
 # ----- the memory planner: the page's formula against theoretical_peak ---------------------
 def library_peaks(widths, n, optimizer, dtype, loss):
     """theoretical_peak for every micro-batch size 1..n, and the parameters' bytes."""

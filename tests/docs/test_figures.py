@@ -27,7 +27,8 @@ SHOTS = os.environ.get("MINIGRAD_SITE_SHOTS")  # a folder for screenshots, if se
 MIME = "application/vnd.minigrad.figure+json"
 PAGES = {"02_same_as_a_big_batch": ["loss-curves", "gap-and-bound"],
          "06_memory_and_time": ["memory-breakdown", "backward-memory"],
-         "12_recomputation": ["memory-against-work"]}
+         "12_recomputation": ["memory-against-work"],
+         "13_token_level_losses": ["loss-curves", "gap-and-bound", "shares", "spread"]}
 
 _spec = importlib.util.spec_from_file_location("figures_hook", ROOT / "docs_hooks/notebooks.py")
 hook = importlib.util.module_from_spec(_spec)

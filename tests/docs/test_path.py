@@ -21,9 +21,9 @@ from helpers import prose, typed_numbers
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 STORY = ["concepts/accumulation.md", "concepts/step-accounting.md",
-         "concepts/loss-normalisation.md", "concepts/batchnorm.md", "concepts/dropout.md",
-         "concepts/memory.md", "concepts/recomputation.md", "concepts/mixed-precision.md",
-         "concepts/contrastive.md", "distributed.md"]
+         "concepts/loss-normalisation.md", "concepts/token-losses.md", "concepts/batchnorm.md",
+         "concepts/dropout.md", "concepts/memory.md", "concepts/recomputation.md",
+         "concepts/mixed-precision.md", "concepts/contrastive.md", "distributed.md"]
 INTERNALS = ["concepts/autodiff.md", "concepts/floating-point.md", "concepts/array-dispatch.md"]
 CONCEPTS = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "concepts").glob("*.md"))
 # glossary anchor: what its one paragraph must say (beside a link to where it is shown)
@@ -152,7 +152,7 @@ def test_the_home_page_keeps_the_cupy_status_honest_below():
 
 def test_start_here_lists_the_story_then_the_notebooks_then_the_internals(nav):
     assert _start_here() == STORY + _notebooks(nav) + INTERNALS
-    assert [int(Path(page).name[:2]) for page in _notebooks(nav)] == list(range(1, 13))
+    assert [int(Path(page).name[:2]) for page in _notebooks(nav)] == list(range(1, 14))
 
 
 def test_every_start_here_link_is_a_page_of_the_built_nav(nav):

@@ -38,6 +38,9 @@ from minigrad.studies.normalisation import explorer as split_explorer
 from minigrad.studies.precision import sums as precision
 from minigrad.studies.step_accounting import explorer as step_explorer
 from minigrad.studies.step_accounting import pitfalls
+from minigrad.studies.tokens import bound as token_bound
+from minigrad.studies.tokens import explorer as token_explorer
+from minigrad.studies.tokens import training as token_training
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +360,82 @@ def test_precision_grid_is_within_its_bound(grids):
             assert case["bound_ratio"] <= 1.0, values
         if values["order"] == "sum_then_divide":
             assert case["flushed"] == 0.0, values
+
+
+# ----- token-level losses ------------------------------------------------------------------
+FAR = 1e6  # "far beyond rounding": an error at least this many times the most rounding gives
+
+
+def token_limit(setup, objective, splits):
+    """max b / max|g_full|: the most rounding alone may give ``max_rel`` on the explorer's
+    batch for ``objective`` and ``splits`` micro-batches (``bound.gradient_bound``)."""
+    windows, make = setup["windows"], setup["make"]
+    loss, y = token_training.LOSSES[objective], token_training.targets(windows, objective)
+    b = bounds.flat(token_bound.gradient_bound(make(), loss, windows.x, y, splits).values())
+    g = bounds.flat(accumulate.accumulated_gradients(make(), loss, windows.x, y).values())
+    return float(np.max(b) / np.max(np.abs(g)))
+
+
+def test_tokens_grid_item_weighted_is_rounding_and_textbook_is_not_where_counts_differ(grids):
+    """Every case: its split, tokens and shares as ``token_shares`` gives them; the
+    item-weighted rule within rounding's most; the textbook rule far beyond it where the
+    micro-batches hold different token counts and within it where they hold the same;
+    per-sequence averaging within it against its own full batch, and against the token
+    mean only where every name has the same length (spread 0: the two objectives agree)."""
+    data = grids["tokens"]
+    assert [c["name"] for c in data["controls"]] == ["micro", "spread", "rule"]
+    setups, limits = {}, {}
+    for values, case in cases(data):
+        m, spread, rule = values["micro"], values["spread"], values["rule"]
+        if spread not in setups:
+            setups[spread] = token_explorer.tokens_setup(spread)
+        setup = setups[spread]
+        sizes = accumulate.split_sizes(token_explorer.NAMES,
+                                       micro_batch_size=min(m, token_explorer.NAMES))
+        tokens = token_training.token_counts(setup["windows"], sizes)
+        assert case["sizes"] == sizes and case["tokens"] == tokens, values
+        shares = token_explorer.token_shares(tokens, sizes)
+        assert [s["text"] for s in case["shares"]["rule"]] == [str(s) for s in shares[rule]]
+        assert [s["text"] for s in case["shares"]["tokens"]] == [str(s) for s in
+                                                               shares["tokens"]]
+        for objective in token_training.LOSSES:
+            if (spread, objective, len(sizes)) not in limits:
+                limits[spread, objective, len(sizes)] = token_limit(setup, objective,
+                                                                    len(sizes))
+        own = token_training.RULES[token_explorer.RULE_KEYS[rule]][0]
+        limit = limits[spread, own, len(sizes)]
+        assert case["limit"] == pytest.approx(limit, rel=1e-12), values
+        if rule == "textbook":
+            assert case["max_rel"] == case["own_max_rel"], values
+            if len(set(tokens)) > 1:
+                assert case["max_rel"] > FAR * limit, values
+            else:
+                assert case["max_rel"] <= limit, values
+            continue
+        assert case["own_max_rel"] <= limit, values
+        if rule == "items":
+            assert case["max_rel"] == case["own_max_rel"], values
+        elif spread == 0:  # per-sequence, every name of one length: the token mean again
+            assert case["max_rel"] <= limit + limits[spread, "token mean", len(sizes)], values
+        else:
+            assert case["max_rel"] > FAR * limit, values
+
+
+def test_token_shares_by_hand_and_refusals():
+    shares = token_explorer.token_shares([6, 2], [1, 1])
+    assert shares["items"] == [Fraction(3, 4), Fraction(1, 4)]
+    assert shares["textbook"] == shares["per_sequence"] == [Fraction(1, 2)] * 2
+    with pytest.raises(ValueError, match=r"tokens\[1\]"):
+        token_explorer.token_shares([3, 0], [1, 1])
+    with pytest.raises(ValueError, match="one entry per micro-batch"):
+        token_explorer.token_shares([3, 4], [1])
+
+
+def test_token_batches_spread_their_lengths():
+    for spread in (0, 4, 8):
+        names = token_explorer.batch_names(spread)
+        lengths = sorted(len(name) for name in names)
+        assert len(set(names)) == token_explorer.NAMES
+        assert lengths[-1] - lengths[0] == spread
+        assert sum(lengths) == pytest.approx(token_explorer.CENTRE * token_explorer.NAMES,
+                                             abs=1)
