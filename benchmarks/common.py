@@ -14,6 +14,8 @@ import numpy as np
 
 from minigrad import nn
 
+from language import LanguageShape
+
 # torch.optim.Adam's defaults; every implementation takes these.
 ADAM = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
 
@@ -28,6 +30,7 @@ class Shape:
     sizes: tuple
     micro_batch: int | None = None
     gpu_only: bool = False
+    kind = "mlp"
 
     @property
     def micro_batches(self):
@@ -45,6 +48,8 @@ SHAPES = {
     "large": Shape("large", 4096, (784, 1024, 1024, 10)),
     "accum": Shape("accum", 4096, (784, 1024, 1024, 10), micro_batch=512),
     "xl": Shape("xl", 16384, (784, 4096, 4096, 10), gpu_only=True),
+    # issue 36: one update of a character language model, recorded on its own (language.py)
+    "lm": LanguageShape("lm", 256, context=8, embedding_dim=16, hidden=256),
 }
 
 
@@ -52,9 +57,11 @@ SHAPES = {
 class Problem:
     """Identical inputs for every implementation: ``x`` (batch, sizes[0]) of ``dtype``,
     integer targets ``y``, and ``weights``, minigrad's initial parameters as NumPy arrays
-    in ``named_parameters`` order (W of shape (out, in), then b, per layer)."""
+    in ``named_parameters`` order (W of shape (out, in), then b, per layer). For the
+    language model, ``x`` (rows, L, C) and ``y`` (rows, L) are token ids and targets, and
+    the embedding table comes first."""
 
-    shape: Shape
+    shape: Shape | LanguageShape
     dtype: str
     x: np.ndarray
     y: np.ndarray
@@ -63,11 +70,18 @@ class Problem:
 
 
 def make_problem(shape, dtype, seed=0):
-    """Standard normal inputs, uniform labels, and ``nn.MLP(sizes, dtype=dtype, seed=0)``."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((shape.batch, shape.sizes[0])).astype(dtype)
-    y = rng.integers(0, shape.sizes[-1], size=shape.batch)
-    model = nn.MLP(list(shape.sizes), dtype=dtype, seed=seed)
+    """Standard normal inputs, uniform labels, and ``nn.MLP(sizes, dtype=dtype, seed=0)``;
+    for the language model, the padded windows of the names and ``nn.CharMLP``."""
+    if shape.kind == "charlm":
+        windows, vocab = shape.windows()
+        x, y = windows.x, windows.y
+        model = nn.CharMLP(vocab, shape.context, shape.embedding_dim, shape.hidden, seed=seed,
+                           dtype=dtype)
+    else:
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((shape.batch, shape.sizes[0])).astype(dtype)
+        y = rng.integers(0, shape.sizes[-1], size=shape.batch)
+        model = nn.MLP(list(shape.sizes), dtype=dtype, seed=seed)
     named = [(name, np.array(p.data, copy=True)) for name, p in model.named_parameters()]
     return Problem(shape, dtype, x, y, tuple(w for _, w in named), tuple(n for n, _ in named))
 

@@ -1,15 +1,16 @@
 """Where minigrad's training step spends its time: cProfile over many steps of one shape.
 
 It runs run.py's minigrad step (forward, cross-entropy, backward, Adam; ACCUM through
-``accumulate.step``). First, without the profiler, the median time per step and, for
-SMALL, LARGE and XL, per phase (forward, loss, backward, optimizer step), with the
-kernel's share (system time) and the page faults per step: fresh large arrays cost page
-faults that a preallocated step does not pay. Then cProfile: the functions with the most
-time of their own (tottime) and, separately, including what they call (cumtime), as
-shares of the profiled total (cProfile's per-call cost inflates the share of small Python
-functions relative to BLAS).
+``accumulate.step``; LM, the language model's). First, without the profiler, the median
+time per step and, for SMALL, LARGE, XL and LM, per phase (forward, loss, backward,
+optimizer step), with the kernel's share (system time) and the page faults per step: fresh
+large arrays cost page faults that a preallocated step does not pay. Then cProfile: the
+functions with the most time of their own (tottime) and, separately, including what they
+call (cumtime), as shares of the profiled total (cProfile's per-call cost inflates the
+share of small Python functions relative to BLAS).
 
-    python benchmarks/profile_step.py [--shape small] [--dtype float32] [--steps 200]
+    python benchmarks/profile_step.py [--shape small|large|accum|xl|lm] [--dtype float32]
+        [--steps 200]
 """
 
 import argparse
@@ -20,7 +21,7 @@ import statistics
 import time
 
 from common import SHAPES, make_problem, median_ms
-from steps.minigrad_step import MinigradStep
+from steps.minigrad_step import MinigradLanguageStep, MinigradStep
 
 
 def where(func):
@@ -41,7 +42,7 @@ def phases(step, steps):
     for _ in range(steps):
         t0 = time.perf_counter()
         opt.zero_grad()
-        out = model(step.x_tensor)
+        out = model(step.inputs)
         t1 = time.perf_counter()
         loss = loss_fn(out, step.y)
         t2 = time.perf_counter()
@@ -66,11 +67,14 @@ def main(argv=None):
     parser.add_argument("--shape", default="small", choices=list(SHAPES))
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--steps", type=int, default=None,
-                        help="profiled steps (default: 500 for small, 10 otherwise)")
+                        help="profiled steps (default: 500 for small, 100 for lm, 10 "
+                             "otherwise)")
     parser.add_argument("--top", type=int, default=20)
     args = parser.parse_args(argv)
-    steps = args.steps or (500 if args.shape == "small" else 10)
-    step = MinigradStep(make_problem(SHAPES[args.shape], args.dtype))
+    steps = args.steps or {"small": 500, "lm": 100}.get(args.shape, 10)
+    shape = SHAPES[args.shape]
+    build = MinigradLanguageStep if shape.kind == "charlm" else MinigradStep
+    step = build(make_problem(shape, args.dtype))
     seconds = []
     for _ in range(3 + steps):
         start = time.perf_counter()

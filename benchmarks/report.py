@@ -96,13 +96,18 @@ def targets_table(found):
 
 
 def checks_table(checks):
-    lines = ["| shape | dtype | implementation | gradient gap | bound | gap to float64 | "
-             "parameters: rounding used | steps of the other sign |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    """Markdown: one row per check; the loss's gap and bound where the steps reported a
+    loss (the language model's)."""
+    losses = any("loss_gap" in c for c in checks)
+    loss_head, loss_rule = (" loss gap | loss bound |", "---:|---:|") if losses else ("", "")
+    lines = ["| shape | dtype | implementation | gradient gap | bound | gap to float64 |"
+             f"{loss_head} parameters: rounding used | steps of the other sign |",
+             f"|---|---|---|---:|---:|---:|{loss_rule}---:|---:|"]
     for c in checks:
         ref = "" if c["grad_gap_float64"] is None else f"{c['grad_gap_float64']:.1e}"
+        loss = f" {c['loss_gap']:.1e} | {c['loss_tol']:.1e} |" if losses else ""
         lines.append(f"| {c['shape'].upper()} | {c['dtype']} | {c['name']} | "
-                     f"{c['grad_gap']:.1e} | {c['grad_tol']:.1e} | {ref} | "
+                     f"{c['grad_gap']:.1e} | {c['grad_tol']:.1e} | {ref} |{loss} "
                      f"{c['param_rounding_used']:.2f} | {c['sign_flips']} |")
     return "\n".join(lines)
 
@@ -186,10 +191,11 @@ def plot(results, path, env, settings):
     plt.close(fig)
 
 
-def docs_page(rows, found, checks, others, env, settings, image, gpu=None):
+def docs_page(rows, found, checks, others, env, settings, image, lm=None, gpu=None):
     """The markdown page: what was run, on what, the checks, the times, the targets; with
-    ``gpu`` (``(record, path, image)``: a GPU run's --json record, the file it is saved in
-    and its plot), that run's section after the CPU run's."""
+    ``lm`` and ``gpu`` (each ``(record, path, image)``: the --json record of a language-model
+    run or of a GPU run, the file it is saved in and its plot), their sections after the
+    CPU run's."""
     parts = [
         "# Benchmarks",
         "",
@@ -210,9 +216,59 @@ def docs_page(rows, found, checks, others, env, settings, image, gpu=None):
     ]
     parts += run_sections(rows, found, checks, others, env, settings, image, level=2,
                           remeasure="make bench")
+    if lm is not None:
+        parts += lm_section(*lm)
     if gpu is not None:
         parts += gpu_section(*gpu)
     return "\n".join(parts)
+
+
+def saved_command(settings, path):
+    """The command of a record's run, with its --json as the file the record is saved in."""
+    command = shlex.split(settings["command"])
+    if "--json" in command:
+        command[command.index("--json") + 1] = path
+    return shlex.join(command)
+
+
+def lm_section(record, path, image):
+    """The page's section for the language model's run (``record``: its --json, saved at
+    ``path``), the same tables one heading level down, with its own target."""
+    settings, env = record["settings"], record["environment"]
+    w = settings["workloads"]["lm"]
+    shape = SHAPES["lm"]
+    parts = [
+        "## One update of a character language model (issue 36)",
+        "",
+        f"One Adam update of `nn.CharMLP` (embedding, concatenation, tanh hidden layer, "
+        f"logits; context {shape.context}, embedding {shape.embedding_dim}, hidden "
+        f"{shape.hidden}, a vocabulary of {w['vocab']}: the corpus's characters and the "
+        f"boundary) on the first {w['rows']} names of `studies.text.names_corpus(seed=0)`, "
+        f"one per row, padded to {w['length']} positions: {w['positions']:,} positions, of "
+        f"which {w['tokens']:,} are real tokens, the items of the loss (the mean "
+        "cross-entropy with `ignore_index=-100`; padding positions are computed and "
+        "ignored). minigrad as a user writes it (`model(x)` on the padded windows, "
+        "`nn.CrossEntropyLoss()`, `optim.Adam`) against PyTorch eager on the CPU "
+        "(`torch.nn.Embedding`, `Linear`, `tanh`, `Linear` with minigrad's initial weights, "
+        "the logits flattened for `F.cross_entropy(..., ignore_index=-100)`, "
+        "`torch.optim.Adam`), on the same windows; no hand-written step. The agreement "
+        "check also compares the two losses; `benchmarks/check.py` derives its bounds "
+        "for this model. The GEMM floor is the step's six matrix products with the "
+        "positions as rows (the embeddings' gradient included).",
+        "",
+        f"Measured with `make bench` (its record is `{path}`, which `make bench` and "
+        "`make bench-pages` render here):",
+        "",
+        "```sh",
+        saved_command(settings, path),
+        "```",
+        "",
+    ]
+    found = judge(record["results"], judged=not earlier_update(env))
+    parts += run_sections(summary(record["results"]), found, record["checks"],
+                          record["interference"], env, settings, image, level=3,
+                          remeasure="make bench")
+    return parts
 
 
 def gpu_section(record, path, image):
@@ -220,9 +276,6 @@ def gpu_section(record, path, image):
     same tables one heading level down, and only the GPU targets, judged here (the record's
     own verdicts are those of the targets of its day)."""
     settings, env = record["settings"], record["environment"]
-    command = shlex.split(settings["command"])
-    if "--json" in command:  # the file it wrote on the GPU machine is the one saved here
-        command[command.index("--json") + 1] = path
     found = [t for t in judge(record["results"], judged=not earlier_update(env))
              if t["target"].startswith("GPU")]
     parts = [
@@ -232,7 +285,7 @@ def gpu_section(record, path, image):
         f"`{path}`, which `make bench` and `make bench-pages` render here) with:",
         "",
         "```sh",
-        shlex.join(command),
+        saved_command(settings, path),  # the file it wrote on the GPU machine is this one
         "```",
         "",
         "The CPU rows (minigrad on the GPU machine's own processor) are the reference of the "
@@ -283,7 +336,9 @@ def run_sections(rows, found, checks, others, env, settings, image, level, remea
         "Adam step: the largest gap to minigrad's beyond what the two gradients' difference "
         "explains, as a fraction of the rounding allowed (at most 1; negative: less than "
         "the gradients explain), with the count of entries whose first step has the other "
-        "sign.",
+        "sign." + (" The loss gap is the relative gap of the two losses, within the bound "
+                   "2 (L + 1) K u derived there." if any("loss_gap" in c for c in checks)
+                   else ""),
         "",
         checks_table(checks),
         "",

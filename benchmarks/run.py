@@ -8,14 +8,21 @@ lr 1e-3) of a ReLU MLP, on identical data and initial weights, at each shape:
     ACCUM  LARGE as 8 micro-batches of 512, one update
     XL     batch 16384, 784-4096-4096-10 (only on a GPU)
 
+and, recorded on its own (``--shapes lm``), one update of a character language model:
+
+    LM     256 names of the corpus, padded; nn.CharMLP context 8, embedding 16, hidden 256
+           (language.py), through minigrad and PyTorch eager
+
 First every implementation must agree with minigrad (``check.py`` derives the tolerance);
 then each shape is timed in interleaved rounds, beside its GEMM floor. It prints the times,
 the ratios and the speed targets, and writes JSON, a plot and a docs page on request.
 
     python benchmarks/run.py [--shapes small,large,accum] [--dtypes float32,float64]
         [--rounds 30 | --rounds small=30,large=5] [--warmup 2] [--impls minigrad,numpy]
-        [--json PATH] [--plot PATH] [--docs PATH [--gpu-results PATH]] [--quick]
-    python benchmarks/run.py --from-json PATH --docs PATH [--gpu-results PATH]
+        [--json PATH] [--plot PATH] [--docs PATH [--lm-results PATH] [--gpu-results PATH]]
+        [--quick]
+    python benchmarks/run.py --from-json PATH --docs PATH [--lm-results PATH]
+        [--gpu-results PATH]
 """
 
 import argparse
@@ -44,11 +51,11 @@ from common import (
     median_ms,
     spread,
 )
+from language import workload
 from provenance import earlier_update
-from steps.hand import HandWritten
 
-ROUNDS = {"small": 30, "large": 10, "accum": 10, "xl": 10}
-QUICK_ROUNDS = {"small": 5, "large": 2, "accum": 2, "xl": 2}
+ROUNDS = {"small": 30, "large": 10, "accum": 10, "xl": 10, "lm": 30}
+QUICK_ROUNDS = {"small": 5, "large": 2, "accum": 2, "xl": 2, "lm": 5}
 
 
 def parse_rounds(text):
@@ -78,8 +85,9 @@ def parse_args(argv):
                  "torch-cuda"]
     parser.add_argument("--shapes", default=None,
                         type=lambda t: names(t, list(SHAPES), "shape"),
-                        help="comma-separated, of small,large,accum,xl (default: all; xl "
-                             "only runs on a GPU)")
+                        help="comma-separated, of small,large,accum,xl,lm (default: the "
+                             "MLP's, small,large,accum,xl, xl only on a GPU; lm, the language "
+                             "model, is recorded on its own)")
     parser.add_argument("--dtypes", default=["float32"],
                         type=lambda t: names(t, ["float32", "float64"], "dtype"),
                         help="comma-separated float32,float64 (default: float32)")
@@ -105,6 +113,9 @@ def parse_args(argv):
     parser.add_argument("--docs", metavar="PATH",
                         help="write the markdown page, with its plot in assets/benchmarks.png "
                              "beside it (e.g. docs/benchmarks.md)")
+    parser.add_argument("--lm-results", metavar="PATH",
+                        help="a --shapes lm run's --json, added to the --docs page as its own "
+                             "section (its plot as assets/benchmarks-lm.png beside the page)")
     parser.add_argument("--gpu-results", metavar="PATH",
                         help="a GPU run's --json, added to the --docs page as its own section "
                              "(its plot as assets/benchmarks-gpu.png beside the page)")
@@ -135,10 +146,10 @@ def check_all(problem, instances):
     """Take one step with each and compare with minigrad; exit 1 if any disagrees."""
     reference = None
     if problem.dtype == "float32":
-        wide = dataclasses.replace(
-            problem, dtype="float64", x=problem.x.astype(np.float64),
-            weights=tuple(w.astype(np.float64) for w in problem.weights))
-        exact = HandWritten(wide)
+        x = problem.x.astype(np.float64) if problem.x.dtype.kind == "f" else problem.x
+        wide = dataclasses.replace(problem, dtype="float64", x=x,
+                                   weights=tuple(w.astype(np.float64) for w in problem.weights))
+        exact = steps.reference(wide)
         exact.step()
         reference = check.flat(exact.gradients())
     for step in instances.values():
@@ -151,9 +162,11 @@ def check_all(problem, instances):
         records.append(record)
         flips = f", {record['sign_flips']} other-sign steps" if record["sign_flips"] else ""
         ref = "" if reference is None else f", to float64 {record['grad_gap_float64']:.1e}"
+        loss = "" if "loss_gap" not in record else \
+            f"; loss gap {record['loss_gap']:.1e} (bound {record['loss_tol']:.1e})"
         print(f"  {name:>14}: gradient gap {record['grad_gap']:.1e} (bound "
-              f"{record['grad_tol']:.1e}{ref}); parameters: {record['param_rounding_used']:.2f}"
-              f" of the rounding allowance{flips}", flush=True)
+              f"{record['grad_tol']:.1e}{ref}){loss}; parameters: "
+              f"{record['param_rounding_used']:.2f} of the rounding allowance{flips}", flush=True)
         if not record["ok"]:
             failures.append(check.describe_failure(name, problem, record))
     if failures:
@@ -171,9 +184,8 @@ def gemm_floor(problem, device):
     return steps.GemmFloor(problem, library=library)
 
 
-def run_shape(shape, dtype, makers, args):
+def run_shape(shape, dtype, makers, args, problem):
     """Check, then time, every implementation in ``makers`` at one shape and dtype."""
-    problem = make_problem(shape, dtype)
     instances = {name: make(problem) for name, (_, make) in makers.items()}
     print(f"{shape.name.upper()} {dtype} ({shape.describe()}): checking agreement", flush=True)
     records = check_all(problem, instances)
@@ -226,8 +238,7 @@ def main(argv=None):
     if args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)
-        write(args, saved["environment"], saved["settings"], saved["checks"], saved["results"],
-              saved["interference"])
+        write(args, saved)
         return 0
     makers, skipped = steps.available()
     if args.impls is not None:
@@ -240,7 +251,12 @@ def main(argv=None):
         for name, reason in skipped.items():
             print(f"{name}: skipped, {reason}")
     gpu = steps.gpu_name()
-    shapes = args.shapes or [s for s in SHAPES if not SHAPES[s].gpu_only or gpu]
+    shapes = args.shapes or [s for s in SHAPES
+                             if SHAPES[s].kind == "mlp" and (not SHAPES[s].gpu_only or gpu)]
+    ran = [n for n in makers if any(n in steps.for_shape(SHAPES[s], makers) for s in shapes)]
+    for name in [n for n in makers if n not in ran]:
+        skipped[name] = f"no step written for {', '.join(s.upper() for s in shapes)}"
+        print(f"{name}: skipped, {skipped[name]}")
     env = environment()
     if gpu:
         env["gpu"] = gpu_environment()
@@ -250,7 +266,7 @@ def main(argv=None):
         "warmup": args.warmup, "pause": args.pause, "gpu": gpu, "versions": versions(),
         "skipped": {k: v for k, v in skipped.items()
                     if args.impls is None or k in args.impls},
-        "implementations": list(makers),
+        "implementations": ran, "workloads": {},
     }
     settings["rounds_text"] = ", ".join(f"{s.upper()} {n}" for s, n in
                                         settings["rounds"].items())
@@ -258,12 +274,15 @@ def main(argv=None):
     checks, results, others = [], {}, {}
     for name in shapes:
         shape = SHAPES[name]
-        here = {n: m for n, m in makers.items() if not shape.gpu_only or m[0] == "gpu"}
+        here = steps.for_shape(shape, makers)
         if not any(n in here for n in ("minigrad", "minigrad-cupy")):
             print(f"{name.upper()}: skipped, it needs a GPU with CuPy (for minigrad on CuPy)")
             continue
         for dtype in args.dtypes:
-            records, timed, busy = run_shape(shape, dtype, here, args)
+            problem = make_problem(shape, dtype)
+            if shape.kind == "charlm":
+                settings["workloads"][name] = workload(problem)
+            records, timed, busy = run_shape(shape, dtype, here, args, problem)
             checks += records
             results.setdefault(name, {})[dtype] = timed
             others.setdefault(name, {})[dtype] = busy
@@ -279,18 +298,20 @@ def main(argv=None):
     for shape, dtype, cores in report.disturbed(others):
         print(f"WARNING: other processes used {cores:.2f} cores on average while {shape.upper()}"
               f" {dtype} was timed: those times are not this machine's own", file=sys.stderr)
+    record = {"environment": env, "settings": settings, "checks": checks, "results": results,
+              "interference": others, "summary": rows, "targets": found}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"environment": env, "settings": settings, "checks": checks,
-                       "results": results, "interference": others, "summary": rows,
-                       "targets": found}, f, indent=1)
-    write(args, env, settings, checks, results, others)
+            json.dump(record, f, indent=1)
+    write(args, record)
     return 0
 
 
-def write(args, env, settings, checks, results, others):
-    """The plot and the docs page that ``args`` ask for, from one run's results (and, with
-    --gpu-results, a GPU run's record)."""
+def write(args, record):
+    """The plot and the docs page that ``args`` ask for, from one run's ``record`` (and,
+    with --lm-results and --gpu-results, the records of a language-model run and of a GPU
+    run, each a section of the page)."""
+    env, settings, results = record["environment"], record["settings"], record["results"]
     rows = report.summary(results)
     found = targets.judge(results, judged=not earlier_update(env))
     if args.plot:
@@ -298,16 +319,18 @@ def write(args, env, settings, checks, results, others):
     if args.docs:
         assets = os.path.join(os.path.dirname(os.path.abspath(args.docs)), "assets")
         report.plot(results, os.path.join(assets, "benchmarks.png"), env, settings)
-        gpu = None
-        if args.gpu_results:
-            with open(args.gpu_results) as f:
-                record = json.load(f)
-            report.plot(record["results"], os.path.join(assets, "benchmarks-gpu.png"),
-                        record["environment"], record["settings"])
-            gpu = (record, args.gpu_results, "assets/benchmarks-gpu.png")
+        sections = {}
+        for key, path in (("lm", args.lm_results), ("gpu", args.gpu_results)):
+            if path:
+                with open(path) as f:
+                    other = json.load(f)
+                image = f"assets/benchmarks-{key}.png"
+                report.plot(other["results"], os.path.join(assets, os.path.basename(image)),
+                            other["environment"], other["settings"])
+                sections[key] = (other, path, image)
         with open(args.docs, "w") as f:
-            f.write(report.docs_page(rows, found, checks, others, env, settings,
-                                     "assets/benchmarks.png", gpu))
+            f.write(report.docs_page(rows, found, record["checks"], record["interference"],
+                                     env, settings, "assets/benchmarks.png", **sections))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ Each class is built from a ``common.Problem`` and has
 * ``gradients()``: the gradients the last update used, NumPy arrays in minigrad's
   ``named_parameters`` order; ``parameters()``: the current parameters, likewise.
 
+The language model's steps also have ``loss_value()``, the loss of the last step.
+
 ``available()`` lists the implementations this machine can run and, for the others, why
-not. ``GemmFloor`` is not an implementation: it times the step's matrix products alone.
+not; ``for_shape`` those of them that have a step of a shape's model, and ``reference`` the
+float64 step that float32 gradients are compared with. ``GemmFloor`` is not an
+implementation: it times the step's matrix products alone.
 """
 
 import importlib.util
@@ -17,10 +21,13 @@ import importlib.util
 from steps.autograd_step import AutogradStep
 from steps.gemm import GemmFloor
 from steps.hand import HandWritten
-from steps.minigrad_step import MinigradStep
-from steps.torch_step import TorchStep
+from steps.minigrad_step import MinigradLanguageStep, MinigradStep
+from steps.torch_step import TorchLanguageStep, TorchStep
 
-__all__ = ["GemmFloor", "available", "gpu_name"]
+__all__ = ["GemmFloor", "available", "for_shape", "gpu_name", "reference"]
+
+# The implementations with a step of the language model (nn.CharMLP), on the CPU.
+LANGUAGE_MODEL = {"minigrad": MinigradLanguageStep, "torch": TorchLanguageStep}
 
 
 def gpu_name():
@@ -70,3 +77,18 @@ def available():
     else:
         skipped["torch-cuda"] = f"torch {torch.__version__} sees no CUDA GPU"
     return makers, skipped
+
+
+def for_shape(shape, makers):
+    """The implementations of ``makers`` that run ``shape``: for an MLP, all of them (at a
+    GPU-only shape, those on the GPU); for the language model, ``LANGUAGE_MODEL``'s."""
+    if shape.kind == "charlm":
+        return {name: ("cpu", LANGUAGE_MODEL[name]) for name in makers if name in LANGUAGE_MODEL}
+    return {name: m for name, m in makers.items() if not shape.gpu_only or m[0] == "gpu"}
+
+
+def reference(problem):
+    """A step of ``problem`` (float64) by other code than the engine's where there is one:
+    the hand-written step for an MLP, minigrad's own for the language model."""
+    return MinigradLanguageStep(problem) if problem.shape.kind == "charlm" else \
+        HandWritten(problem)

@@ -2,8 +2,10 @@
 
 Per micro-batch of m samples and layer l (in -> out), in the hand-written step's layouts:
 forward (m, in) @ W.T, grad-weight dz.T @ (m, in), and grad-input dz @ W (m, in), except
-for the first layer, whose input needs no gradient. No step can take less time than
-these products on the same library (everything else it does comes on top).
+for the first layer, whose input needs no gradient. For the language model the rows are
+the positions (rows x L), the layers (C D -> hidden -> V), and the first layer's input, the
+embeddings, needs its gradient. No step can take less time than these products on the same
+library (everything else it does comes on top).
 """
 
 import numpy as np
@@ -29,19 +31,23 @@ class GemmFloor:
             self.sync = None if xp is np else xp.cuda.get_current_stream().synchronize
             self.matmul = xp.matmul
         shape = problem.shape
-        m = shape.micro_batch or shape.batch
+        if shape.kind == "charlm":
+            m, first = problem.y.size, 0
+            sizes = (shape.context * shape.embedding_dim, shape.hidden, len(problem.weights[0]))
+        else:
+            m, first, sizes = shape.micro_batch or shape.batch, 1, shape.sizes
         rng = np.random.default_rng(1)
-        dtype = problem.x.dtype
+        dtype = problem.weights[0].dtype
 
         def array(*dims):
             return put(rng.standard_normal(dims).astype(dtype))
 
         self.products = []
-        for layer, (n_in, n_out) in enumerate(zip(shape.sizes[:-1], shape.sizes[1:])):
+        for layer, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
             a, w, dz = array(m, n_in), array(n_out, n_in), array(m, n_out)
             self.products.append((a, w.T, array(m, n_out)))        # forward
             self.products.append((dz.T, a, array(n_out, n_in)))    # grad-weight
-            if layer > 0:
+            if layer >= first:
                 self.products.append((dz, w, array(m, n_in)))      # grad-input
         self.repeats = len(shape.micro_batches)
         if library != "numpy":

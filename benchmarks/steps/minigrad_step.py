@@ -3,7 +3,8 @@
 One batch: ``opt.zero_grad()``, ``loss_fn(model(x), y).backward()``, ``opt.step()``, with
 ``nn.MLP(sizes, dtype=...)``, ``nn.CrossEntropyLoss()`` and ``optim.Adam``. With
 micro-batches: ``accumulate.step(model, loss_fn, opt, x, y, micro_batch_size=...)``, one
-update from the whole batch.
+update from the whole batch. The language model's step is the one-batch step of
+``nn.CharMLP`` on the padded windows (``MinigradLanguageStep``).
 """
 
 import numpy as np
@@ -30,17 +31,21 @@ class MinigradStep:
 
     def __init__(self, problem, xp=None, device=None):
         shape = problem.shape
-        self.model = nn.MLP(list(shape.sizes), dtype=problem.dtype, seed=0, xp=xp,
-                            device=device)
+        self.model = self.build(problem, xp, device)
         self.model.load_state_dict(dict(zip(problem.names, problem.weights)))
         self.xp = backend.resolve_namespace(xp)
         self.loss_fn = nn.CrossEntropyLoss()
         self.opt = RecordingAdam(self.model.parameters(), **ADAM)
         self.x = backend.as_array(problem.x, xp=self.xp, device=device)
         self.y = backend.as_array(problem.y, xp=self.xp, device=device)
-        self.x_tensor = Tensor(self.x)
+        # what the model is called on: a Tensor of x, or the language model's token ids
+        self.inputs = Tensor(self.x) if shape.kind == "mlp" else self.x
         self.micro_batch = shape.micro_batch
         self.sync = None
+
+    def build(self, problem, xp, device):
+        return nn.MLP(list(problem.shape.sizes), dtype=problem.dtype, seed=0, xp=xp,
+                      device=device)
 
     @classmethod
     def on_cupy(cls, problem):
@@ -54,7 +59,7 @@ class MinigradStep:
     def step(self):
         if self.micro_batch is None:
             self.opt.zero_grad()
-            loss = self.loss_fn(self.model(self.x_tensor), self.y)
+            loss = self.loss_fn(self.model(self.inputs), self.y)
             loss.backward()
             self.opt.step()
         else:
@@ -69,6 +74,29 @@ class MinigradStep:
 
     def parameters(self):
         return [_numpy(p.data) for p in self.model.parameters()]
+
+
+class MinigradLanguageStep(MinigradStep):
+    """``nn.CharMLP`` on the padded windows, as a user writes it: the model takes the token
+    ids (rows, L, C) and gives logits (rows, V, L); ``nn.CrossEntropyLoss()`` (ignore_index
+    -100) averages over the real tokens; ``optim.Adam``. It keeps the loss's value."""
+
+    value = None  # the last step's loss
+
+    def build(self, problem, xp, device):
+        shape = problem.shape
+        return nn.CharMLP(len(problem.weights[0]), shape.context, shape.embedding_dim,
+                          shape.hidden, dtype=problem.dtype, seed=0, xp=xp, device=device)
+
+    def step(self):
+        self.opt.zero_grad()
+        loss = self.loss_fn(self.model(self.inputs), self.y)
+        loss.backward()
+        self.opt.step()
+        self.value = loss.data  # the number, not the graph
+
+    def loss_value(self):
+        return float(self.value)
 
 
 def _numpy(a):

@@ -3,6 +3,10 @@
 
 With micro-batches, the usual loop: per micro-batch, ``(loss sum / N).backward()`` adds
 into ``.grad`` (N: the whole batch); then one ``optimizer.step()``.
+
+The language model (``TorchLanguageStep``): ``torch.nn.Embedding``, ``Linear``, ``tanh``,
+``Linear`` holding minigrad's ``nn.CharMLP`` weights, the logits flattened to (positions, V)
+for ``F.cross_entropy(..., ignore_index=-100)``, as makemore and nanoGPT write it.
 """
 
 import torch
@@ -56,3 +60,45 @@ class TorchStep:
 
     def parameters(self):
         return [p.detach().cpu().numpy().copy() for p in self.model.parameters()]
+
+
+class TorchLanguageStep:
+    name = "torch"
+    device = "cpu"
+
+    def __init__(self, problem):
+        shape, dtype = problem.shape, getattr(torch, problem.dtype)
+        vocab = len(problem.weights[0])
+        self.embedding = torch.nn.Embedding(vocab, shape.embedding_dim, dtype=dtype)
+        self.hidden = torch.nn.Linear(shape.context * shape.embedding_dim, shape.hidden,
+                                      dtype=dtype)
+        self.output = torch.nn.Linear(shape.hidden, vocab, dtype=dtype)
+        # minigrad's named_parameters order: the table, then W and b per layer
+        self.params = [self.embedding.weight, self.hidden.weight, self.hidden.bias,
+                       self.output.weight, self.output.bias]
+        with torch.no_grad():
+            for p, w in zip(self.params, problem.weights):
+                p.copy_(torch.from_numpy(w))
+        self.opt = torch.optim.Adam(self.params, **ADAM)
+        self.x = torch.from_numpy(problem.x)
+        self.y = torch.from_numpy(problem.y).reshape(-1)
+        self.value = None
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        e = self.embedding(self.x)  # (rows, L, C, D)
+        h = torch.tanh(self.hidden(e.flatten(-2)))
+        logits = self.output(h)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.y, ignore_index=-100)
+        loss.backward()
+        self.opt.step()
+        self.value = loss.detach()
+
+    def loss_value(self):
+        return float(self.value)
+
+    def gradients(self):
+        return [p.grad.detach().numpy().copy() for p in self.params]
+
+    def parameters(self):
+        return [p.detach().numpy().copy() for p in self.params]

@@ -404,6 +404,27 @@ def test_linear_is_the_composite_of_matmul_and_add_exactly_on_dyadic_data(xp):
         assert np.array_equal(backend.to_numpy(a.grad), backend.to_numpy(b.grad))
 
 
+@pytest.mark.parametrize("shape", [(3, 4, 5), (2, 3, 2, 5)])
+def test_linear_on_stacked_rows_gives_the_bits_of_linear_on_the_rows(xp, shape):
+    """x of shape (..., in) is one product of its rows (-1, in): the same bits as linear on
+    the flattened rows, forward and backward, on any values (the same products run)."""
+    rng = np.random.default_rng(3)
+    x_np, w_np, b_np = rng.normal(size=shape), rng.normal(size=(6, 5)), rng.normal(size=6)
+    g_np = rng.normal(size=(*shape[:-1], 6))
+    stacked = [Tensor(xp.asarray(a), requires_grad=True) for a in (x_np, w_np, b_np)]
+    rows = [Tensor(xp.asarray(a), requires_grad=True)
+            for a in (x_np.reshape(-1, 5), w_np, b_np)]
+    out_stacked, out_rows = linear(*stacked), linear(*rows)
+    assert tuple(out_stacked.shape) == (*shape[:-1], 6)
+    assert np.array_equal(backend.to_numpy(out_stacked.data).reshape(-1, 6),
+                          backend.to_numpy(out_rows.data))
+    out_stacked.backward(xp.asarray(g_np))
+    out_rows.backward(xp.asarray(g_np.reshape(-1, 6)))
+    for a, b in zip(stacked, rows):
+        assert np.array_equal(backend.to_numpy(a.grad).reshape(backend.to_numpy(b.grad).shape),
+                              backend.to_numpy(b.grad))
+
+
 def test_linear_names_mismatched_shapes():
     x, w = Tensor(np.ones((2, 3))), Tensor(np.ones((4, 5)))
     with pytest.raises(ValueError, match=r"x \(2, 3\) and weight \(4, 5\)"):
