@@ -49,16 +49,17 @@ def public_names() -> dict[str, object]:
             if isinstance(value, ModuleType) and value.__name__.startswith("minigrad."):
                 for member in module_members(value):
                     names[f"{package}.{name}.{member}"] = getattr(value, member)
-                for part in _parts(value):  # a chapter of studies: a package of modules
+                for part in _chapters(package, value):
                     names[f"{package}.{name}.{part.__name__.rsplit('.', 1)[1]}"] = part
                     for member in module_members(part):
                         names[f"{part.__name__}.{member}"] = getattr(part, member)
     return names
 
 
-def _parts(module: ModuleType) -> list[ModuleType]:
-    """The modules of a package (none for a plain module)."""
-    if not hasattr(module, "__path__"):
+def _chapters(package: str, module: ModuleType) -> list[ModuleType]:
+    """The modules of a chapter of ``minigrad.studies`` that is a package (none otherwise:
+    the other packages name their public modules in ``__all__``)."""
+    if package != "minigrad.studies" or not hasattr(module, "__path__"):
         return []
     return [importlib.import_module(f"{module.__name__}.{info.name}")
             for info in pkgutil.iter_modules(module.__path__)]

@@ -78,10 +78,6 @@ from minigrad.analysis.causes import (
     verdict,
 )
 from minigrad.analysis.check_setup import (
-    DTYPES,
-    LOSSES,
-    MODELS,
-    NORMS,
     batches,
     configuration,
     factories,
@@ -90,8 +86,6 @@ from minigrad.analysis.equivalence import compare_named
 from minigrad.analysis.power import NO_VERDICT, could_fail, idle_step, no_verdict
 from minigrad.analysis.trajectory import Diverged, trajectory_bounds
 
-__all__ = ["DTYPES", "LOSSES", "MODELS", "NORMS", "batches", "check", "configuration",
-           "factories", "relu_flips"]
 
 def _finite(value):
     value = float(value)

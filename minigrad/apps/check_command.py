@@ -14,7 +14,7 @@ import re
 from minigrad import optim
 from minigrad.accumulate import NORMALIZE
 from minigrad.accumulate import strategy as strategies
-from minigrad.analysis import charlm, check, contrastive_check
+from minigrad.analysis import charlm, check, check_setup, contrastive_check
 from minigrad.analysis.power import NO_VERDICT
 from minigrad.analysis.trajectory import Diverged
 from minigrad.apps.args import number, widths
@@ -72,7 +72,7 @@ def register(commands):
     count = functools.partial(number, int, validate.positive_int)
     rate = functools.partial(number, float, validate.real)
     default = " (default: %(default)s)"
-    p.add_argument("--model", choices=check.MODELS, default="mlp",
+    p.add_argument("--model", choices=check_setup.MODELS, default="mlp",
                    help="mlp: an MLP of --sizes; charlm: the character-level language model "
                         "nn.CharMLP on token sequences" + default)
     p.add_argument("--sizes", type=widths,
@@ -81,11 +81,11 @@ def register(commands):
                         "default 32,16,8; not with --model charlm)")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS),
                    help="(default: relu; tanh, the only one, with --model charlm)")
-    p.add_argument("--norm", choices=check.NORMS, default="none",
+    p.add_argument("--norm", choices=check_setup.NORMS, default="none",
                    help="normalisation after each hidden Linear" + default)
     p.add_argument("--dropout", type=number(float, validate.probability, "--dropout"),
                    default=0.0, help="dropout probability" + default)
-    p.add_argument("--loss", choices=(*check.LOSSES, "contrastive"), default="cross-entropy",
+    p.add_argument("--loss", choices=(*check_setup.LOSSES, "contrastive"), default="cross-entropy",
                    help=default)
     p.add_argument("--ignore-fraction", default=0.0,
                    type=number(float, validate.probability, "--ignore-fraction"),
@@ -116,7 +116,7 @@ def register(commands):
                         "exact_batchnorm (BatchNorm with the global batch's statistics); "
                         "with --loss contrastive: naive, gradcache (the default) or bank")
     p.add_argument("--steps", type=count("--steps"), default=20, help="updates" + default)
-    p.add_argument("--dtype", choices=check.DTYPES, default="float64", help=default)
+    p.add_argument("--dtype", choices=check_setup.DTYPES, default="float64", help=default)
     p.add_argument("--seed", type=number(int, validate.integer, "--seed", low=0), default=0,
                    help="seed of the data and the initial weights" + default)
     lm = p.add_argument_group("--model charlm", "the language model and its sequences")
