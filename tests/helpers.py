@@ -90,6 +90,37 @@ def require_mpi():
                     "(pip install minigrad[dist] brings Open MPI)")
 
 
+RESULTS = "RESULTS "  # the line of rank 0's output that carries every rank's results
+
+
+def run_cases_on_ranks(cases):
+    """On each rank of a launch: run every case, and rank 0 prints all ranks' results as
+    one JSON line after ``RESULTS``."""
+    import json
+
+    from minigrad.accumulate import distributed
+
+    comm = distributed.world()
+    results = {name: run(comm) for name, run in cases.items()}
+    gathered = comm.gather(results, root=0)
+    if comm.Get_rank() == 0:
+        print(RESULTS + json.dumps(gathered))
+
+
+def launch_two_ranks(script, timeout):
+    """Every case's result on rank 0 and rank 1, from one 2-rank launch of ``script``
+    (whose main runs ``run_cases_on_ranks``); skips where MPI is missing."""
+    import json
+
+    from minigrad.apps import mpi_demo
+
+    require_mpi()
+    status, out, err = mpi_demo.launch(2, [script], timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith(RESULTS)]
+    assert status == 0 and lines, f"mpirun failed ({status}):\n{out[-3000:]}\n{err[-3000:]}"
+    return json.loads(lines[0][len(RESULTS):])
+
+
 class OneRank:
     """A communicator of one rank with MPI's semantics, to run MPI code without MPI."""
 

@@ -111,6 +111,22 @@ def labelled(values, name, *, most, each, noun):
     return [(label, np.asarray(v, dtype=np.float64)) for label, v in values.items()]
 
 
+def series(x, values, name, *, most):
+    """``x`` and ``values`` (label -> one number >= 0 per x, at most ``most`` labels) checked,
+    as float64 NumPy arrays: ``(x, {label: values})``."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"x must be a non-empty 1-d sequence of finite numbers, got shape "
+                         f"{x.shape}")
+    checked = {}
+    for label, v in labelled(values, name, most=most, each="one value per x", noun="series"):
+        if v.shape != x.shape or np.any(v < 0) or not np.all(np.isfinite(v)):
+            raise ValueError(f"{name}[{label!r}] must hold {x.size} finite numbers >= 0, one "
+                             f"per x, got {v.tolist()}")
+        checked[str(label)] = v
+    return x, checked
+
+
 def _per_panel(label, n, name):
     if isinstance(label, str):
         return [label] * n
@@ -126,7 +142,9 @@ def _per_panel(label, n, name):
 STYLES = [("-", None), ("--", "o"), (":", "s"), ("-.", "^"), ((0, (5, 2, 1, 2)), "D"),
           ((0, (1, 3)), "v")]
 COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+"""The colour of the 1st, 2nd, ... curve of a figure."""
 LOSS_LABEL = "training loss (mean cross-entropy per sample)"
+"""The loss axis' label of ``loss_curves``."""
 
 
 def _curves(curves, name):
@@ -218,9 +236,7 @@ def _positive(ax, values, label, colour, style, marker):
             markersize=4, color=colour, linewidth=1.2, label=label)
 
 
-__all__ = ["LOSS_LABEL", "gap_vs_bound", "loss_curves"]
-
 from minigrad.studies.interactive import publish  # noqa: E402  (it needs none of the above)
 
-__all__ = ["STYLE", "axes", "finish", "gap_vs_bound", "labelled", "loss_curves", "panel",
-           "publish", "pyplot"]
+__all__ = ["COLOURS", "LOSS_LABEL", "STYLE", "axes", "finish", "gap_vs_bound", "labelled",
+           "loss_curves", "panel", "publish", "pyplot", "series"]

@@ -24,7 +24,6 @@ communicator) equal to ``accumulate.step`` bit for bit on every namespace of the
 fixture (the gradient's round trip through a NumPy buffer, as under MPI, is exact).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -38,15 +37,13 @@ if __name__ == "__main__":  # the MPI worker: the helpers that conftest.py puts 
 
 from custom_strategy import Reversed  # noqa: E402
 from dyadic import coarsen, dyadic_mlp, regression  # noqa: E402
-from helpers import OneRank, require_mpi, to_np  # noqa: E402
+from helpers import OneRank, launch_two_ranks, run_cases_on_ranks, to_np  # noqa: E402
 from pairs import case_contrastive  # noqa: E402
 
 from minigrad import backend, nn, optim  # noqa: E402
 from minigrad.accumulate import distributed  # noqa: E402
 from minigrad.accumulate import step as accumulate_step  # noqa: E402
 from minigrad.apps import mpi_demo  # noqa: E402
-
-MARK = "RESULTS "
 
 
 # ----- the MPI worker (run by mpirun, not by pytest) -------------------------------------------
@@ -221,16 +218,8 @@ CASES = {
 }
 
 
-def worker():
-    comm = distributed.world()
-    results = {name: run(comm) for name, run in CASES.items()}
-    gathered = comm.gather(results, root=0)
-    if comm.Get_rank() == 0:
-        print(MARK + json.dumps(gathered))
-
-
 if __name__ == "__main__":
-    worker()
+    run_cases_on_ranks(CASES)
     raise SystemExit(0)
 
 
@@ -238,11 +227,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def ranks():
     """Every case's result on rank 0 and rank 1, from one 2-rank launch."""
-    require_mpi()
-    status, out, err = mpi_demo.launch(2, [os.path.abspath(__file__)], timeout=240)
-    lines = [line for line in out.splitlines() if line.startswith(MARK)]
-    assert status == 0 and lines, f"mpirun failed ({status}):\n{out[-3000:]}\n{err[-3000:]}"
-    return json.loads(lines[0][len(MARK):])
+    return launch_two_ranks(os.path.abspath(__file__), timeout=240)
 
 
 @pytest.mark.parametrize("name", ["dyadic_sgd", "dyadic_adam"])

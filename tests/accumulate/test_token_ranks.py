@@ -30,7 +30,6 @@ The gradient an update used is kept by ``Recorder``, an optimizer of its own, wh
 driver steps on the window's sums divided once (``minigrad.accumulate.commit``).
 """
 
-import json
 import os
 import sys
 from dataclasses import replace
@@ -42,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__":  # the MPI worker: the helpers that conftest.py puts on the path
     sys.path.insert(0, os.path.dirname(HERE))
 
-from helpers import require_mpi  # noqa: E402
+from helpers import launch_two_ranks, run_cases_on_ranks  # noqa: E402
 from tokens import (  # noqa: E402
     CE,
     CORPUS,
@@ -58,12 +57,10 @@ from tokens import (  # noqa: E402
 
 from minigrad.accumulate import Accumulator  # noqa: E402
 from minigrad.accumulate import step as accumulate_step  # noqa: E402
-from minigrad.accumulate.distributed import AllReduce, shard, world  # noqa: E402
-from minigrad.apps import mpi_demo  # noqa: E402
+from minigrad.accumulate.distributed import AllReduce, shard  # noqa: E402
 from minigrad.optim import SGD  # noqa: E402
 from minigrad.studies import text  # noqa: E402
 
-MARK = "RESULTS "
 SEED = 0  # CharMLP with C = 3, D = 4, hidden 16
 NAMES, SHARDS = range(40), [27, 13]  # names sharded by rows: names per rank
 ROW_NAMES = range(24)  # one packed row, its positions cut between the ranks
@@ -196,16 +193,8 @@ CASES = {
 }
 
 
-def worker():
-    comm = world()
-    results = {name: run(comm) for name, run in CASES.items()}
-    gathered = comm.gather(results, root=0)
-    if comm.Get_rank() == 0:
-        print(MARK + json.dumps(gathered))
-
-
 if __name__ == "__main__":
-    worker()
+    run_cases_on_ranks(CASES)
     raise SystemExit(0)
 
 
@@ -213,11 +202,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def ranks():
     """Every case's result on rank 0 and rank 1, from one 2-rank launch."""
-    require_mpi()
-    status, out, err = mpi_demo.launch(2, [os.path.abspath(__file__)], timeout=120)
-    lines = [line for line in out.splitlines() if line.startswith(MARK)]
-    assert status == 0 and lines, f"mpirun failed ({status}):\n{out[-3000:]}\n{err[-3000:]}"
-    return json.loads(lines[0][len(MARK):])
+    return launch_two_ranks(os.path.abspath(__file__), timeout=120)
 
 
 def grads(result):

@@ -17,29 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from minigrad.studies.figures import axes, finish, labelled, panel
+from minigrad.studies.figures import axes, finish, panel, series
 
 MARKERS = ["o", "s", "^", "D", "v", "P"]
 COLOURS = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown"]
 ERROR_LABEL = "max |g_acc − g_full| / max |g_full| (log)"
 """The error axis' label: the normwise relative gradient error."""
 MIB = 2**20
-
-
-def _series(x, values, name):
-    """``x`` and ``values`` (label -> one number per x) checked; returns NumPy arrays."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
-        raise ValueError(f"x must be a non-empty 1-d sequence of finite numbers, got shape "
-                         f"{x.shape}")
-    checked = {}
-    for label, v in labelled(values, name, most=len(MARKERS), each="one value per x",
-                             noun="series"):
-        if v.shape != x.shape or np.any(v < 0) or not np.all(np.isfinite(v)):
-            raise ValueError(f"{name}[{label!r}] must hold {x.size} finite numbers >= 0, one "
-                             f"per x, got {v.tolist()}")
-        checked[str(label)] = v
-    return x, checked
 
 
 def rule_errors(x, errors, bound, *, title, xlabel, ylabel=ERROR_LABEL, ax=None,
@@ -51,8 +35,8 @@ def rule_errors(x, errors, bound, *, title, xlabel, ylabel=ERROR_LABEL, ax=None,
     left out and counted in the legend. Draws into ``ax`` when given, else makes a figure.
     Returns the figure.
     """
-    x, errors = _series(x, errors, "errors")
-    bound = _series(x, {bound_label: bound}, "bound")[1][str(bound_label)]
+    x, errors = series(x, errors, "errors", most=len(MARKERS))
+    bound = series(x, {bound_label: bound}, "bound", most=len(MARKERS))[1][str(bound_label)]
     if np.any(bound <= 0):
         raise ValueError(f"bound must be > 0 everywhere (a log axis), got {bound.tolist()}")
     fig, ax = panel(ax, title, xlabel, ylabel, width=6.2, height=4.2)
@@ -78,10 +62,11 @@ def peak_memory(counts, peaks, *, title, reference=None,
     """Measured peaks (label -> bytes, one per count) in MiB against the number of
     micro-batches. ``reference`` = (label, bytes per count) adds a dotted line, e.g. the
     memory of N micro-batch graphs. Returns the figure."""
-    counts, peaks = _series(counts, peaks, "peaks")
+    counts, peaks = series(counts, peaks, "peaks", most=len(MARKERS))
     if reference is not None:
         ref_label, ref_values = reference
-        ref = _series(counts, {ref_label: ref_values}, "reference")[1][str(ref_label)]
+        ref = series(counts, {ref_label: ref_values}, "reference",
+                     most=len(MARKERS))[1][str(ref_label)]
     fig, (ax,) = axes(title, xlabel, ylabel, width=6.4, height=4.2)
     for i, (label, v) in enumerate(peaks.items()):
         ax.plot(counts, v / MIB, marker=MARKERS[i], color=COLOURS[i], linewidth=1.6,

@@ -13,27 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minigrad.studies.figures import COLOURS, axes, finish, labelled
+from minigrad.studies.figures import COLOURS, axes, finish, series
 
 MARKERS = ["o", "s", "^", "D"]
 ERROR_LABEL = "max |g_acc − g_full| / max |g_full| (log)"
 """The error axis' label: the normwise relative gradient error."""
-
-
-def _values(x, series, name):
-    """``x`` and ``series`` (label -> one number >= 0 per x) as NumPy arrays, checked."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
-        raise ValueError(f"x must be a non-empty 1-d sequence of finite numbers, got shape "
-                         f"{x.shape}")
-    checked = {}
-    for label, v in labelled(series, name, most=len(MARKERS), each="one value per x",
-                             noun="series"):
-        if v.shape != x.shape or np.any(v < 0) or not np.all(np.isfinite(v)):
-            raise ValueError(f"{name}[{label!r}] must hold {x.size} finite numbers >= 0, one "
-                             f"per x, got {v.tolist()}")
-        checked[str(label)] = v
-    return x, checked
 
 
 def spread_errors(spreads, errors, bound, *, title,
@@ -42,8 +26,8 @@ def spread_errors(spreads, errors, bound, *, title,
     the spread of token counts, on a log axis, beside the most rounding may give
     (``bound``, dashed). An error of exactly 0 has no place on a log axis: it is left out and
     counted in the legend. Returns the figure."""
-    x, errors = _values(spreads, errors, "errors")
-    bound = _values(x, {"bound": bound}, "bound")[1]["bound"]
+    x, errors = series(spreads, errors, "errors", most=len(MARKERS))
+    bound = series(x, {"bound": bound}, "bound", most=len(MARKERS))[1]["bound"]
     if np.any(bound <= 0):
         raise ValueError(f"bound must be > 0 everywhere (a log axis), got {bound.tolist()}")
     fig, (ax,) = axes(title, xlabel, ERROR_LABEL, width=6.4, height=4.2)
@@ -63,7 +47,7 @@ def micro_batch_shares(tokens, shares, *, title):
     (``shares``: label -> one share per micro-batch), the micro-batches labelled with their
     token counts ``tokens``. Returns the figure."""
     j = np.arange(1, len(tokens) + 1, dtype=np.float64)
-    _, shares = _values(j, shares, "shares")
+    _, shares = series(j, shares, "shares", most=len(MARKERS))
     fig, (ax,) = axes(title, "micro-batch j (its real tokens)",
                       "share of the accumulated gradient", width=6.4, height=4.0)
     width = 0.8 / len(shares)
