@@ -84,12 +84,16 @@ class TrajectoryReplay:
     parameters (its gradient bound and the curvature term of dg_t, measured in full-batch
     computations); then the caller runs both updates; then ``observe(theta)``, with the
     other run's parameters after it (flat, ``flat`` order), returns its ``Observation``.
-    ``runs`` names the reference and the other run in ``Diverged``.
+    ``runs`` names the reference and the other run in ``Diverged``. ``rounding(model, x, y,
+    t)``, where given, is the gradient bound at the other run's parameters (name -> array) in
+    place of ``bounds.gradient_bound`` over per-item gradients (one backward pass per item):
+    a model with a bound of its own, the language model's per-token one, say.
     """
 
     def __init__(self, model, optimizer, loss, *, max_grad_norm=None, u=U64,
-                 runs=("full-batch", "accumulated")):
+                 runs=("full-batch", "accumulated"), rounding=None):
         self.model, self.optimizer, self.loss, self.runs = model, optimizer, loss, runs
+        self.rounding = rounding if rounding is not None else self._per_item
         self.bound = TrajectoryBound(optimizer_kind(optimizer), optimizer.hyperparams,
                                      max_grad_norm, u)
         self.batch_norm = any(isinstance(m, nn.BatchNorm1d) for _, m in model.named_modules())
@@ -110,15 +114,19 @@ class TrajectoryReplay:
             g = flat(accumulated_gradients(self.model, self.loss, x, y, step_index=t).values())
         with _buffers_kept(model), _run(other, t):
             g_at = flat(accumulated_gradients(model, self.loss, x, y, step_index=t).values())
-            rounding = gradient_bound(per_item_gradients(model, self.loss, x, y, t),
-                                      self.loss.num_items(y), linear_widths(model),
-                                      condition_number(model, self.loss, x, y, t),
-                                      x.shape[0] if self.batch_norm else 0, u=self.bound.u,
-                                      terms=summed_terms(x))
+            rounding = self.rounding(model, x, y, t)
         self._measured = {"dg": flat(rounding.values()) + np.abs(g_at - g), "g": g,
                           "theta": flat(p.data for p in self.model.parameters()),
                           "before": optimizer_state(self.optimizer), "lr": self.optimizer.lr,
                           "steps": self.optimizer.step_count}
+
+    def _per_item(self, model, x, y, t):
+        """``bounds.gradient_bound`` at ``model``'s parameters, from its per-item gradients."""
+        return gradient_bound(per_item_gradients(model, self.loss, x, y, t),
+                              self.loss.num_items(y), linear_widths(model),
+                              condition_number(model, self.loss, x, y, t),
+                              x.shape[0] if self.batch_norm else 0, u=self.bound.u,
+                              terms=summed_terms(x))
 
     def observe(self, theta):
         """After the update (the reference's and the other run's): its ``Observation``."""

@@ -14,7 +14,7 @@ import pytest
 
 from minigrad import nn, optim
 from minigrad.accumulate import accumulated_gradients
-from minigrad.analysis.bounds import bound_ratio
+from minigrad.analysis.bounds import bound_ratio, flat
 from minigrad.studies import text
 from minigrad.studies.tokens import bound, sampling, training
 
@@ -103,15 +103,18 @@ def test_side_by_side_keeps_the_item_weighted_run_within_its_bound():
     assert [len(v) for v in run["loss"].values()] == [3] * 5
 
 
-def test_the_replay_wants_measure_then_observe():
+def test_the_replay_wants_measure_then_observe_and_uses_the_token_bound():
     model = make()
-    replay = training.TokenReplay(model, optim.SGD(model.parameters(), lr=0.1), CE)
+    replay = training._replay(model, optim.SGD(model.parameters(), lr=0.1), CE, 2)
     with pytest.raises(RuntimeError, match="needs measure"):
         replay.observe(np.zeros(1))
     windows = text.padded_windows(CORPUS[:4], VOCAB, CONTEXT)
-    replay.measure(make(), windows.x, windows.y, 2)
+    other = make()
+    replay.measure(other, windows.x, windows.y)
+    expected = flat(bound.gradient_bound(other, CE, windows.x, windows.y, 2).values())
+    assert np.array_equal(replay._measured["dg"], expected)  # same start: no curvature term
     with pytest.raises(RuntimeError, match="called twice"):
-        replay.measure(make(), windows.x, windows.y, 2)
+        replay.measure(make(), windows.x, windows.y)
 
 
 def test_matched_halves_hold_the_same_tokens():

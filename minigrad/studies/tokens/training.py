@@ -16,12 +16,7 @@ import numpy as np
 from minigrad import nn
 from minigrad.accumulate import accumulated_gradients, split_sizes, step
 from minigrad.analysis.bounds import bound_ratio, flat
-from minigrad.analysis.trajectory import (
-    Observation,
-    TrajectoryBound,
-    optimizer_kind,
-    optimizer_state,
-)
+from minigrad.analysis.trajectory import TrajectoryReplay
 from minigrad.studies import text
 from minigrad.studies.tokens.bound import gradient_bound
 
@@ -49,47 +44,12 @@ def token_counts(windows, sizes):
     return [int(np.sum(windows.y[a:b] != text.IGNORE_INDEX)) for a, b in zip(edges, edges[1:])]
 
 
-class TokenReplay:
-    """The trajectory bound of another run against a reference run of ``nn.CharMLP``, one
-    update at a time: ``analysis.trajectory.TrajectoryReplay`` with the token gradient bound
-    (``bound.gradient_bound``) in place of the per-sample one.
-
-    ``measure(model, x, y, splits)`` before the update, on the other run's model: dg = the
-    gradient bound at its parameters + |g_ref(theta_other) - g_ref(theta_ref)|; then both
-    runs update; then ``observe(theta)`` with the other run's parameters (flat) returns its
-    ``Observation``.
-    """
-
-    def __init__(self, model, optimizer, loss):
-        self.model, self.optimizer, self.loss = model, optimizer, loss
-        self.bound = TrajectoryBound(optimizer_kind(optimizer), optimizer.hyperparams, None)
-        self.updates, self._measured = 0, None
-
-    def measure(self, model, x, y, splits):
-        """Before the update: the other run's ``model`` on the window ``x``, ``y`` that it
-        splits into ``splits`` micro-batches."""
-        if self._measured is not None:
-            raise RuntimeError(f"measure() was called twice for update {self.updates + 1}: "
-                               f"observe(theta) comes after the update")
-        g = flat(accumulated_gradients(self.model, self.loss, x, y).values())
-        g_at = flat(accumulated_gradients(model, self.loss, x, y).values())
-        rounding = flat(gradient_bound(model, self.loss, x, y, splits).values())
-        self._measured = {"dg": rounding + np.abs(g_at - g), "g": g,
-                          "theta": flat(p.data for p in self.model.parameters()),
-                          "before": optimizer_state(self.optimizer), "lr": self.optimizer.lr}
-
-    def observe(self, theta):
-        """After both runs' updates: the other run's parameters ``theta``, flat."""
-        measured = self._measured
-        if measured is None:
-            raise RuntimeError(f"observe(theta) of update {self.updates + 1} needs measure() "
-                               f"before the update")
-        bound = self.bound.update(measured["dg"], measured["theta"], measured["g"],
-                                  measured["before"], optimizer_state(self.optimizer),
-                                  measured["lr"])
-        self.updates, self._measured = self.updates + 1, None
-        gap = np.abs(np.asarray(theta) - flat(p.data for p in self.model.parameters()))
-        return Observation(self.updates, gap, bound)
+def _replay(model, optimizer, loss, splits):
+    """``TrajectoryReplay`` of ``nn.CharMLP`` with the token gradient bound
+    (``bound.gradient_bound``, for windows split into ``splits`` micro-batches) in place of
+    the per-sample one, which would take one backward pass per token."""
+    return TrajectoryReplay(model, optimizer, loss,
+                            rounding=lambda m, x, y, t: gradient_bound(m, loss, x, y, splits))
 
 
 def side_by_side(make, make_optimizer, batches, sizes):
@@ -106,16 +66,16 @@ def side_by_side(make, make_optimizer, batches, sizes):
     runs = [*FULL.values(), *RULES]
     models = {name: make() for name in runs}
     opts = {name: make_optimizer(model.parameters()) for name, model in models.items()}
-    replays = {rule: TokenReplay(models[FULL[objective]], opts[FULL[objective]],
-                                 LOSSES[objective]) for rule, (objective, _) in RULES.items()}
+    replays = {rule: _replay(models[FULL[objective]], opts[FULL[objective]],
+                             LOSSES[objective], len(sizes))
+               for rule, (objective, _) in RULES.items()}
     out = {"loss": {name: [] for name in runs}, "theta": {name: [] for name in runs},
            "gap": {rule: [] for rule in RULES}, "bound": {rule: [] for rule in RULES},
            "tokens": []}
     for windows in batches:
         out["tokens"].append(token_counts(windows, sizes))
         for rule, (objective, _) in RULES.items():
-            replays[rule].measure(models[rule], windows.x, targets(windows, objective),
-                                  len(sizes))
+            replays[rule].measure(models[rule], windows.x, targets(windows, objective))
         for objective, name in FULL.items():
             out["loss"][name].append(step(models[name], LOSSES[objective], opts[name],
                                           windows.x, targets(windows, objective)))
@@ -215,5 +175,5 @@ def layout_gaps(make, words, vocab, context, row_length, micro_batch_size):
     return out
 
 
-__all__ = ["FULL", "LOSSES", "RULES", "TokenReplay", "layout_gaps", "matched_halves",
+__all__ = ["FULL", "LOSSES", "RULES", "layout_gaps", "matched_halves",
            "relative_errors", "side_by_side", "spread_errors", "targets", "token_counts"]
