@@ -10,14 +10,14 @@ STAMP := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-long lint bench bench-gpu bench-pages bench-quick readme notebooks lab docs serve browser clean
+.PHONY: demo test test-long mutants lint bench bench-gpu bench-pages bench-quick readme notebooks lab docs serve browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --quiet --python $(PY) -e ".[test,bench,demo,notebooks,docs,dist]"
+	$(UV) pip install --quiet --python $(PY) -e ".[test,bench,demo,notebooks,docs,dist,mutation]"
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	touch $(STAMP)
 
@@ -25,13 +25,19 @@ demo: $(STAMP)
 	$(PY) -m minigrad demo --out build
 
 test: $(STAMP) browser
-	$(PY) -m ruff check minigrad tests benchmarks scripts docs_hooks notebooks
+	$(PY) -m ruff check minigrad tests benchmarks scripts docs_hooks notebooks mutation
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 # The long hypothesis profile: many more examples per property (see tests/conftest.py).
 test-long: $(STAMP)
 	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q
+
+# Mutation testing of the accumulation rule, the optimizers, the losses and the embedding, each
+# against its own tests on one worker (about N minutes here; not part of `make test`): writes
+# mutation/results.json and docs/mutation.md. MUTANT_GROUPS="--group optimizers" runs one.
+mutants: $(STAMP)
+	$(PY) scripts/mutants.py $(MUTANT_GROUPS)
 
 # Execute every notebook in notebooks/ (outputs go to build/notebooks/, the sources stay clean).
 notebooks: $(STAMP)

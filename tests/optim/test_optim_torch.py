@@ -14,6 +14,12 @@ from minigrad.engine.tensor import Parameter
     ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True}),
     ("Adam", {"lr": 0.01, "weight_decay": 0.1}),
     ("AdamW", {"lr": 0.01, "weight_decay": 0.1}),
+    # dampening without momentum does nothing (torch keeps no buffer); a weight decay of
+    # exactly 1 is applied like any other (a rule that tested `!= 1` would skip it)
+    ("SGD", {"lr": 0.1, "momentum": 0.0, "dampening": 0.5}),
+    ("SGD", {"lr": 0.1, "momentum": 0.5, "dampening": 1.0, "weight_decay": 1.0}),
+    ("Adam", {"lr": 0.01, "weight_decay": 1.0}),
+    ("AdamW", {"lr": 0.01, "weight_decay": 1.0}),
 ])
 def test_optimizers_match_torch(name, kwargs):
     torch = pytest.importorskip("torch")
