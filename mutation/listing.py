@@ -50,7 +50,12 @@ GROUPS = (
         # processes (launched by mpirun, they import the package unmutated)
         tests=tuple(f"tests/accumulate/test_{t}.py" for t in (
             "split", "accumulator", "driver", "windows", "all_or_nothing", "checkpoint",
-            "host_reads", "strategies")),
+            "host_reads", "strategies")) + (
+            # the accumulator's own calls under a fault at any line (tests/faults.py)
+            "tests/test_faults.py::test_accumulator_update",
+            "tests/test_faults.py::test_accumulator_load_state_dict",
+            "tests/test_faults.py::test_a_commit_with_sigint_held_is_whole_and_its_interrupt_"
+            "comes_out"),
     ),
     Group(
         slug="optimizers",
@@ -195,4 +200,7 @@ def mutmut_section(group: Group) -> str:
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-o", "addopts="]\n'
         f"do_not_mutate_patterns = {strings(group.skip_patterns)}\n"
         "use_git_change_detection = false\n"
+        # a mutant whose tests run past 10 x (their time + 1 s) of CPU counts as caught: it
+        # loops (a doubling step that no longer doubles); mutmut's default is 30 x
+        "timeout_multiplier = 5.0\n"
     )

@@ -62,9 +62,10 @@ def render(record: dict, entries: list[dict]) -> str:
         "## How it runs",
         "",
         "`make mutants` runs [mutmut](https://github.com/boxed/mutmut) "
-        f"{machine.get('mutmut', '')} on four groups of modules, each against its own tests "
-        "and on one worker (`scripts/mutants.py`; `--group` runs one of them, `--workers` "
-        "more at a time). It is not part of `make test`, which is too short for it; "
+        f"{machine.get('mutmut', '')} on groups of modules, each against its own tests, on "
+        "one worker by default (`scripts/mutants.py`; `--group` runs one group, `--workers` "
+        "runs more mutants at a time, `--again` reruns only the survivors against today's "
+        "tests). It is not part of `make test`, which is too short for it; "
         "`tests/test_mutation.py` checks instead that this record is of the code as it is: "
         "the mutants recorded are the ones mutmut makes of the current source, every entry "
         "of the equivalent list still names one of them, and this page is what the record "
@@ -75,7 +76,7 @@ def render(record: dict, entries: list[dict]) -> str:
         "and methods). A mutant counts as killed when a test fails or when it runs past "
         "mutmut's time limit (a loop that no longer ends).",
         "",
-        "| group | modules | tests | time (one worker) |",
+        "| group | modules | tests | time of the full run |",
         "|---|---|---|---:|",
     ]
     for group, g in groups:
@@ -86,6 +87,8 @@ def render(record: dict, entries: list[dict]) -> str:
                                            for f in group.functions) + ")"
         run_time = minutes(g["seconds"]) + ("" if g["workers"] == 1
                                             else f" ({g['workers']} workers)")
+        if "again_seconds" in g:
+            run_time += f"; then its survivors again ({minutes(g['again_seconds'])})"
         out.append(f"| {group.name} | {modules}{only} | {tests} | {run_time} |")
     commits = sorted({g["commit"] for _, g in groups})
     total = sum(g["seconds"] for _, g in groups)

@@ -90,9 +90,8 @@ def run_group(group: Group, workers: int, earlier: dict | None = None) -> dict:
     were not killed run again, against today's tests: a killed mutant stays killed as long
     as the tests that killed it are there (tests are only ever added this way)."""
     work = prepare(group)
-    # the tests' default hypothesis profile (derandomized): the same examples as `make test`
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env.pop("HYPOTHESIS_PROFILE", None)
+    # the examples of `make test` (derandomized), not shrunk (tests/conftest.py)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="mutation")
     if earlier is None:
         names = [p for p in group.functions if p != "*"]
     else:
@@ -175,13 +174,14 @@ def main(argv: list[str] | None = None) -> None:
             earlier = record["groups"].get(group.slug) if args.again else None
             if args.again and earlier is None:
                 sys.exit(f"--again: {group.slug} has no earlier record in {RESULTS}")
-            record["groups"][group.slug] = run_group(group, args.workers, earlier)
-            record["groups"][group.slug]["commit"] = commit()
-            print(f"mutants: {group.name} done in {record['groups'][group.slug]['seconds']} s",
-                  flush=True)
-        record["machine"] = machine()
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(record, indent=1) + "\n")
+            result = {**run_group(group, args.workers, earlier), "commit": commit()}
+            # read again: another group's run may have written its record meanwhile
+            record = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"groups": {}}
+            record["groups"][group.slug] = result
+            record["machine"] = machine()
+            RESULTS.parent.mkdir(exist_ok=True)
+            RESULTS.write_text(json.dumps(record, indent=1) + "\n")
+            print(f"mutants: {group.name} done in {result['seconds']} s", flush=True)
     from mutation.page import write_page
 
     write_page(record, equivalent_entries(), PAGE)

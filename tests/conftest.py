@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import site_build
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from minigrad import backend
 
@@ -19,6 +19,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 settings.register_profile("fast", max_examples=25, deadline=None, derandomize=True)
 settings.register_profile("long", max_examples=500, deadline=None)
+# `make mutants` (scripts/mutants.py): the fast profile's examples, without shrinking. A
+# mutant that fails a property is killed whatever the smallest failing example is, and
+# shrinking one took up to a minute per mutant.
+settings.register_profile("mutation", parent=settings.get_profile("fast"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 # numpy; array_api_strict (nothing NumPy-only is relied upon); torch: PyTorch CPU tensors

@@ -230,6 +230,7 @@ class OwnStep(optim.SGD):
         for p in self.params:
             if p.grad is not None:
                 p.data = p.data - self.lr * p.grad
+        self.step_count += 1
 
 
 @pytest.mark.parametrize("optimizer", [optim.SGD, optim.Adam, OwnStep])
@@ -614,21 +615,6 @@ def test_an_optimizer_of_its_own_that_fails_leaves_the_window_as_sums(xp):
     assert acc.pending_num_micro_batches == 2 and acc.commits == 0
 
 
-def test_the_schedule_is_evaluated_once_per_update_before_the_commit(xp):
-    x, y = regression(xp)
-    model = dyadic_mlp(xp)
-    opt = optim.SGD(model.parameters(), lr=0.5)
-    seen = []
-    sched = optim.Scheduler(opt, lambda t: seen.append(t) or 0.5 / (t + 1))
-    acc = Accumulator(model, nn.MSELoss(), opt, scheduler=sched)
-    for start in (0, 4):
-        del seen[:]
-        acc.add(x[start:start + 4, ...], y[start:start + 4, ...])
-        acc.update()
-        assert seen == [sched.t]  # once, for the rate of the next update
-    assert opt.lr == 0.5 / 3
-
-
 class DuckTyped:
     """An optimizer that is not a minigrad ``Optimizer``: params, step, zero_grad."""
 
@@ -669,3 +655,121 @@ def test_load_sums_replaces_the_windows_sums_and_counts(xp):
     acc.load_sums(grads, window)
     assert all(p.grad is g for p, g in zip(model.parameters(), grads))
     assert acc.window == window
+
+
+# ----- the textbook mean of a micro-batch without items, for a loss with a graph --------------
+class MaskedMSE:
+    """A loss of one's own: squared errors where the target is not 0, counted by
+    ``num_items``; its sum keeps a graph even when every entry is masked."""
+
+    def __call__(self, out, y, reduction="mean"):
+        xp = backend.get_namespace(y)
+        mask = xp.astype(y != 0, y.dtype)
+        total = ((out - y) * (out - y) * mask).sum()
+        return total if reduction == "sum" else total / max(self.num_items(y), 1)
+
+    def num_items(self, y):
+        xp = backend.get_namespace(y)
+        return int(xp.sum(xp.astype(y != 0, xp.int64)))
+
+
+def test_a_micro_batch_without_items_adds_a_zero_gradient_for_any_loss(xp):
+    # its loss sum is 0 with a graph; the textbook mean must not divide it by 0 items (0/0:
+    # NaN gradients) but add zeros, and count it as a micro-batch
+    x, y = regression(xp)
+    y = xp.asarray(np.concatenate([to_np(y)[:5], np.zeros((3, 2))]))
+    model, reference = coarsen(nn.Linear(3, 2, generator=0, xp=xp)), None
+    got = accumulated_gradients(model, MaskedMSE(), x, y, sizes=[5, 3],
+                                normalize="micro_batch_mean")
+    MaskedMSE()(model(x[:5, ...]), y[:5, ...]).backward()
+    want = {n: to_np(p.grad) / 2 for n, p in model.named_parameters()}
+    assert_same(to_np(got), want)
+    assert reference is None
+
+
+# ----- counting commits, the in-place path, and the own optimizer's clipped gradient ----------
+def test_each_update_is_one_commit(xp):
+    x, y = regression(xp)
+    model = dyadic_mlp(xp)
+    acc = Accumulator(model, nn.MSELoss(), optim.SGD(model.parameters(), lr=0.5), every=2)
+    for k in range(6):
+        acc.add(x[k:k + 1, ...], y[k:k + 1, ...])
+    assert acc.commits == 3 and acc.optimizer.step_count == 3
+
+
+@pytest.mark.parametrize("optimizer", [optim.SGD, optim.Adam, optim.AdamW])
+def test_a_minigrad_optimizer_divides_in_its_commit_not_through_gradients(xp, optimizer,
+                                                                          monkeypatch):
+    # plan + commit divide the sums into the workspace: no divided copy (``gradients()``)
+    x, y = regression(xp)
+    model = dyadic_mlp(xp)
+    acc = Accumulator(model, nn.MSELoss(), optimizer(model.parameters(), lr=0.125),
+                      max_grad_norm=1.0)
+    acc.add(x, y)
+
+    def copied():
+        raise AssertionError("the divided copy of the gradients was made")
+
+    monkeypatch.setattr(acc, "gradients", copied)
+    assert acc.update() is not None and acc.optimizer.step_count == 1
+
+
+def test_an_optimizer_whose_step_is_replaced_on_the_instance_is_stepped(xp):
+    x, y = regression(xp)
+    model = dyadic_mlp(xp)
+    opt = optim.SGD(model.parameters(), lr=0.5)
+    calls = []
+    opt.step = lambda: calls.append([None if p.grad is None else to_np(p.grad)
+                                     for p in opt.params])
+    acc = Accumulator(model, nn.MSELoss(), opt)
+    acc.add(x, y)
+    acc.update()
+    assert len(calls) == 1 and calls[0][0] is not None
+
+
+def test_an_optimizer_of_its_own_steps_on_the_clipped_divided_gradient(xp):
+    x, y = regression(xp)
+    model, reference = coarsen(HalfUsed(xp)), coarsen(HalfUsed(xp))
+    nn.MSELoss()(reference(x), y).backward()
+    mean = [to_np(p.grad) for p in reference.used.parameters()]
+    norm = float(np.sqrt(sum(np.sum(g * g) for g in mean)))
+    seen = []
+
+    class Seeing(OwnStep):
+        def step(self):
+            seen.extend(None if p.grad is None else to_np(p.grad) for p in self.params)
+
+    acc = Accumulator(model, nn.MSELoss(), Seeing(model.parameters(), lr=0.5),
+                      max_grad_norm=norm / 4)
+    acc.add(x, y)
+    acc.update()
+    assert seen[2] is None and seen[3] is None
+    # clip coefficient (norm / 4) / (norm + 1e-6), as torch's: each entry a quarter of the
+    # mean gradient, up to the coefficient's rounding and the norm's eps (relative 1e-6 / norm)
+    for got, g in zip(seen[:2], mean):
+        np.testing.assert_allclose(got, g / 4, rtol=2e-6 / norm + 16 * np.finfo(float).eps)
+
+
+@pytest.mark.parametrize("optimizer", ["minigrad", "own"])
+def test_the_schedule_is_evaluated_once_per_update(xp, optimizer):
+    x, y = regression(xp)
+    model = dyadic_mlp(xp)
+    opt = (optim.SGD if optimizer == "minigrad" else OwnStep)(model.parameters(), lr=0.5)
+    seen = []
+    sched = optim.Scheduler(opt, lambda t: seen.append(t) or 0.5 / (t + 1))
+    acc = Accumulator(model, nn.MSELoss(), opt, scheduler=sched)
+    for start in (0, 4):
+        del seen[:]
+        acc.add(x[start:start + 4, ...], y[start:start + 4, ...])
+        acc.update()
+        assert seen == [sched.t]  # once, for the rate of the next update, before the commit
+    assert opt.lr == 0.5 / 3
+
+
+def test_an_exact_window_keeps_its_mean_loss_exact():
+    model = exact.to_exact(nn.Linear(2, 1, generator=0))
+    x = exact.to_fractions(np.array([[1, 2], [3, 4], [5, 6]]))
+    y = exact.to_fractions(np.array([[1], [0], [2]]))
+    opt = optim.SGD(model.parameters(), lr=Fraction(1, 2))
+    loss = accumulate_step(model, nn.MSELoss(), opt, x, y, sizes=[1, 2])
+    assert isinstance(loss, Fraction)
