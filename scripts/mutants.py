@@ -44,15 +44,11 @@ from mutation.listing import (  # noqa: E402  (the repository root is on the pat
     match_equivalents,
     mutmut_section,
 )
+from mutation.page import KILLED, write_page  # noqa: E402
 
 RESULTS = ROOT / "mutation" / "results.json"
 PAGE = ROOT / "docs" / "mutation.md"
 WORK = ROOT / "build" / "mutants"
-
-# mutmut's exit codes, read back as statuses (mutmut.stats.status_by_exit_code)
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
-          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout",
-          34: "skipped", None: "not checked"}
 
 
 def prepare(group: Group) -> Path:
@@ -71,6 +67,7 @@ def prepare(group: Group) -> Path:
 
 READ_BACK = r"""
 import json, sys
+from mutmut.stats import status_by_exit_code
 from mutmut.mutation.data import SourceFileMutationData
 from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.utils.file_utils import walk_mutatable_files
@@ -79,7 +76,7 @@ for path in walk_mutatable_files():
     m = SourceFileMutationData(path=path)
     m.load()
     for name, code in m.exit_code_by_key.items():
-        out[name] = {"path": str(path), "code": code,
+        out[name] = {"path": str(path), "status": status_by_exit_code[code],
                      "diff": get_diff_for_mutant(name, path=path)}
 json.dump(out, sys.stdout)
 """
@@ -100,8 +97,7 @@ def run_group(group: Group, workers: int, earlier: dict | None = None) -> dict:
         if now != {m["name"]: changed_lines(m["diff"]) for m in earlier["mutants"]}:
             sys.exit(f"--again: the modules of {group.slug} changed since its last run; "
                      "run it in full")
-        names = [m["name"] for m in earlier["mutants"] if m["status"] not in ("killed",
-                                                                             "timeout")]
+        names = [m["name"] for m in earlier["mutants"] if m["status"] not in KILLED]
         if not names:
             return earlier
     started = time.perf_counter()
@@ -121,7 +117,7 @@ def run_group(group: Group, workers: int, earlier: dict | None = None) -> dict:
         if not group.counts(name) or (rerun is not None and name not in rerun):
             continue
         mutants.append({"name": name, "module": info["path"],
-                        "status": STATUS.get(info["code"], "suspicious"),
+                        "status": info["status"],
                         "diff": info["diff"]})
     if earlier is None:
         return {"name": group.name, "seconds": round(seconds, 1), "workers": workers,
@@ -140,10 +136,10 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    import mutmut
+    from importlib.metadata import version
 
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "mutmut": mutmut.__version__ if hasattr(mutmut, "__version__") else "3.8.1"}
+            "mutmut": version("mutmut")}
 
 
 def commit() -> str:
@@ -182,12 +178,11 @@ def main(argv: list[str] | None = None) -> None:
             RESULTS.parent.mkdir(exist_ok=True)
             RESULTS.write_text(json.dumps(record, indent=1) + "\n")
             print(f"mutants: {group.name} done in {result['seconds']} s", flush=True)
-    from mutation.page import write_page
 
     write_page(record, equivalent_entries(), PAGE)
     unmatched = [
         m for g in record["groups"].values() for m in g["mutants"]
-        if m["status"] != "killed" and not match_equivalents(m)
+        if m["status"] not in KILLED and not match_equivalents(m)
     ]
     print(f"mutants: page {PAGE.relative_to(ROOT)}; {len(unmatched)} survivors not on the list")
     for m in unmatched:
