@@ -101,8 +101,14 @@ class Workspace:
 
 def _key(lib, p):
     """What a workspace buffer is shared by: the library (by name, so that an optimizer can
-    be deep-copied), the device, the dtype."""
-    return ("numpy", None, p.dtype) if lib is np else (lib.__name__, backend.device(p), p.dtype)
+    be deep-copied), the device, the dtype. A device that cannot be a dict key (CuPy 14's
+    ``cupy.cuda.Device`` is unhashable) is named by its ``id``, the GPU's number."""
+    if lib is np:
+        return ("numpy", None, p.dtype)
+    device = backend.device(p)
+    if getattr(type(device), "__hash__", None) is None:
+        device = (type(device).__name__, device.id)
+    return (lib.__name__, device, p.dtype)
 
 
 @dataclass

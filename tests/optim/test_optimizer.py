@@ -3,6 +3,7 @@ update, state placement and dtype, state_dict round trips, validation of hyperpa
 parameter lists, and "an error changes nothing"."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -384,3 +385,22 @@ def test_a_floating_point_error_never_stops_the_commit_half_way(mode):
             opt.step()
             assert opt.step_count == 1 and [s.count for s in opt.state] == [1, 1]
             assert not np.array_equal(a.data, before[0])
+
+
+def test_a_device_that_cannot_be_a_dict_key_is_named_by_its_number(monkeypatch):
+    """CuPy 14's ``cupy.cuda.Device`` defines ``__eq__`` without ``__hash__``: the
+    workspace keys its buffers by the GPU's number instead (found on an H200)."""
+
+    class Device:  # as CuPy's: equal by number, not hashable
+        def __init__(self, id):
+            self.id = id
+
+        def __eq__(self, other):
+            return isinstance(other, Device) and other.id == self.id
+
+    monkeypatch.setattr(in_place.backend, "device", lambda a: Device(a.shape[0] % 2))
+    lib = type(sys)("gpulib")
+    keys = [in_place._key(lib, np.zeros(n, dtype=np.float32)) for n in (2, 3, 4)]
+    assert keys[0] == keys[2] == ("gpulib", ("Device", 0), np.dtype(np.float32))
+    assert keys[1] == ("gpulib", ("Device", 1), np.dtype(np.float32))
+    assert len({*keys}) == 2
