@@ -70,7 +70,8 @@ GROUPS = (
         slug="losses",
         name="the losses",
         modules=("minigrad/nn/loss.py", "minigrad/nn/functional.py"),
-        tests=("tests/nn/test_loss.py", "tests/nn/test_functional.py"),
+        tests=("tests/nn/test_loss.py", "tests/nn/test_loss_rules.py",
+               "tests/nn/test_functional.py"),
         functions=("minigrad.nn.loss.*",) + tuple(
             f"minigrad.nn.functional.x_{f}__mutmut_*"
             for f in ("_reduce", "_check_reduction", "label_counts", "_label_counts_on_host",
@@ -81,7 +82,7 @@ GROUPS = (
         slug="embedding",
         name="the embedding",
         modules=("minigrad/nn/layers.py", "minigrad/engine/primitives/indexing.py"),
-        tests=("tests/nn/test_embedding.py",),
+        tests=("tests/nn/test_embedding.py", "tests/nn/test_embedding_rules.py"),
         functions=("minigrad.nn.layers.xǁEmbeddingǁ*",
                    "minigrad.engine.primitives.indexing.x_embedding__mutmut_*",
                    "minigrad.engine.primitives.indexing.x_index_add__mutmut_*"),

@@ -74,7 +74,11 @@ def render(record: dict, entries: list[dict]) -> str:
         "Not mutated: lines of `raise` and `assert` statements, whose messages the tests of "
         "errors check by text; docstrings; code at module level (mutmut mutates functions "
         "and methods). A mutant counts as killed when a test fails or when it runs past "
-        "mutmut's time limit (a loop that no longer ends).",
+        "mutmut's time limit (a loop that no longer ends). The tests run with one thread "
+        "per numerical library (`OMP_NUM_THREADS=1` and the like): mutmut forks each run "
+        "from a process that has loaded NumPy and torch, and a fork after their thread pools "
+        "have started can hang at the next parallel kernel, a timeout that would count a "
+        "mutant as killed whatever it does.",
         "",
         "| group | modules | tests | time of the full run |",
         "|---|---|---|---:|",

@@ -87,8 +87,14 @@ def run_group(group: Group, workers: int, earlier: dict | None = None) -> dict:
     were not killed run again, against today's tests: a killed mutant stays killed as long
     as the tests that killed it are there (tests are only ever added this way)."""
     work = prepare(group)
-    # the examples of `make test` (derandomized), not shrunk (tests/conftest.py)
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="mutation")
+    # the examples of `make test` (derandomized), not shrunk (tests/conftest.py); and one
+    # thread per library: mutmut forks each mutant's test run from a process that has loaded
+    # NumPy and torch, and a fork after OpenBLAS's or OpenMP's threads have started can hang
+    # in the child at its next parallel kernel. mutmut then reports a timeout, which counts
+    # as killed: with threads, 127 survivors and killed mutants of the losses and the
+    # embedding were hidden that way (a mutant that does nothing there "timed out").
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="mutation",
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if earlier is None:
         names = [p for p in group.functions if p != "*"]
     else:
