@@ -11,14 +11,17 @@ floats and compared with ``==``; torch gives the same bits on them.
 """
 
 import math
+from fractions import Fraction
 
+import array_api_strict
 import numpy as np
 import pytest
 import torch
 from helpers import as_numpy as _np
 from helpers import leaf
+from host_reads import install
 
-from minigrad import nn
+from minigrad import backend, nn
 from minigrad.engine.tensor import Tensor
 from minigrad.nn import functional as F
 
@@ -230,25 +233,26 @@ def test_label_counts_wants_integer_labels_with_a_sample_axis(xp, target):
 
 
 # ----- a batch read once: what each part reads, what a loss of one's own gets -------------------
-@pytest.mark.parametrize("name", ["array_api_strict", "torch"])
+@pytest.fixture(params=["array_api_strict", "torch"])
+def device_reads(request, monkeypatch):
+    """A namespace standing for a device, and a counter of every read from it to the host
+    (``tests/host_reads.py``; it counts only inside ``reads.counting()``)."""
+    xp = backend.resolve_namespace(request.param)
+    return xp, install(monkeypatch, xp)
+
+
 @pytest.mark.parametrize("target, ignore_index", [([1, 3, 2, 3, 1, 2], 1),
                                                   ([1, 3, 2, 3, 1, 2], 3),
                                                   ([1, 3, 2, 3, 1, 2], -100)],
                          ids=["ignore-low", "ignore-high", "none-ignored"])
-def test_the_parts_of_a_batch_read_once_read_nothing_more(name, monkeypatch, target,
-                                                          ignore_index):
+def test_the_parts_of_a_batch_read_once_read_nothing_more(device_reads, target, ignore_index):
     """On a device each read waits for the GPU: ``for_batch`` reads the batch's labels once,
     and then a part's loss reads nothing to check its labels; only a mean over a part with
     ignored targets reads its item count (``host_reads`` counts every door to the host)."""
-    from host_reads import install
-
-    from minigrad.engine import backend
-
-    xp = backend.resolve_namespace(name)
+    xp, reads = device_reads
     loss = nn.CrossEntropyLoss(ignore_index=ignore_index)
     batch = xp.asarray(target)
     parts = [(leaf(xp, ROWS[p]), xp.asarray(target[p])) for p in (slice(0, 2), slice(2, 6))]
-    reads = install(monkeypatch, xp)
     with reads.counting():
         read, counts = loss.for_batch(batch)
     assert len(reads) == 1, reads.summary()
@@ -318,8 +322,6 @@ def test_an_unknown_reduction_is_refused_by_its_name(call):
 
 
 def test_cross_entropy_names_itself_for_non_floating_and_exact_logits(xp):
-    from fractions import Fraction
-
     with pytest.raises(TypeError, match="^cross_entropy needs floating-point input, got"):
         F.cross_entropy(xp.asarray([[1, 2]]), xp.asarray([0]))
     exact = Tensor(np.array([[Fraction(1), Fraction(2)]], dtype=object))
@@ -337,10 +339,8 @@ def test_a_target_given_as_a_tensor_or_a_list_is_the_array_it_holds(xp):
 
 
 def test_a_list_target_goes_to_the_logits_device():
-    import array_api_strict as xps
-
-    device = xps.Device("device1")
-    logits = Tensor(xps.asarray(ROWS[:3], device=device), requires_grad=True)
+    device = array_api_strict.Device("device1")
+    logits = Tensor(array_api_strict.asarray(ROWS[:3], device=device), requires_grad=True)
     loss = F.cross_entropy(logits, [0, 4, 2])
     assert loss.data.device == device
     assert loss.item() == expected(ROWS[:3], [0, 4, 2], "mean", -100)[0]
@@ -370,19 +370,13 @@ def test_a_batch_of_no_item_is_torchs_nan_mean_and_zero_sum(xp, shape):
     assert tuple(F.cross_entropy(logits, target, "none").shape) == target_shape
 
 
-@pytest.mark.parametrize("name", ["array_api_strict", "torch"])
 @pytest.mark.parametrize("target", [[0, 3, 4, 1], [1, 3, 4, 2], [0, 0, 0, 0]])
-def test_a_batch_with_nothing_ignored_is_settled_by_one_read(name, monkeypatch, target):
+def test_a_batch_with_nothing_ignored_is_settled_by_one_read(device_reads, target):
     """The usual batch (labels in [0, C), none equal to ignore_index), label 0 included: one
     read of its smallest and largest label, and no mask (a mask would read again, to check
     the kept labels and to count them)."""
-    from host_reads import install
-
-    from minigrad.engine import backend
-
-    xp = backend.resolve_namespace(name)
+    xp, reads = device_reads
     logits, labels = leaf(xp, ROWS[:4]), xp.asarray(target)
-    reads = install(monkeypatch, xp)
     for reduction in ("mean", "sum", "none"):
         with reads.counting():
             F.cross_entropy(logits, labels, reduction)
